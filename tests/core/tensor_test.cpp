@@ -1,0 +1,39 @@
+#include "core/tensor.h"
+
+#include <gtest/gtest.h>
+
+#include "core/threads.h"
+
+namespace moeserve {
+namespace {
+
+TEST(Tensor, ReshapeAndSliceShareStorage) {
+  Tensor t = Tensor::from_f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor r = t.reshape({3, 2});
+  EXPECT_EQ(r.raw(), t.raw());
+  Tensor row = t.slice_rows(1, 2);
+  EXPECT_EQ(row.dim(0), 1);
+  EXPECT_EQ(row.f32()[0], 4.0f);
+  EXPECT_THROW(t.reshape({4, 2}), Error);
+  EXPECT_THROW(t.slice_rows(1, 3), Error);
+}
+
+TEST(Tensor, ToF32ConvertsBf16) {
+  Tensor b = Tensor::empty(DType::BF16, {2});
+  b.data<uint16_t>()[0] = f32_to_bf16(1.5f);
+  b.data<uint16_t>()[1] = f32_to_bf16(-2.25f);
+  Tensor f = b.to_f32();
+  EXPECT_EQ(f.f32()[0], 1.5f);
+  EXPECT_EQ(f.f32()[1], -2.25f);
+}
+
+TEST(Threads, ParallelForCoversEveryIndexOnce) {
+  std::vector<int> hits(10007, 0);
+  parallel_for(int64_t(hits.size()), 7, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+  });
+  for (int h : hits) ASSERT_EQ(h, 1);
+}
+
+}  // namespace
+}  // namespace moeserve
