@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool): build, run every GPU test and every GPU benchmark, print one short table.
+# Logs go under $OUT (or ./device-out). Usage: bash scripts/device-check.sh [bench-filter-regex]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+FILTER=${1:-.}
+export NCCL_NVLS_ENABLE=0
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+start=$(date +%s)
+cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DMOESERVE_CUDA=ON >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+cmake --build build-device -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -40; exit 1; }
+echo "build: $(( $(date +%s) - start )) s"
+rows=()
+if [ -x build-device/test_gpu ]; then
+  build-device/test_gpu --gtest_brief=1 >"$OUT/test_gpu.log" 2>&1
+  rc=$?
+  summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED)" "$OUT/test_gpu.log" | tr '\n' ' ')
+  rows+=("test_gpu|rc=$rc|$summary")
+  grep -E "FAILED|Failure" "$OUT/test_gpu.log" | head -20
+fi
+for b in build-device/bench_gpu_*; do
+  [ -x "$b" ] || continue
+  name=$(basename "$b")
+  [[ "$name" =~ $FILTER ]] || continue
+  timeout 300 "$b" >"$OUT/$name.log" 2>&1
+  rc=$?
+  rows+=("$name|rc=$rc|$(tail -1 "$OUT/$name.log")")
+done
+echo
+echo "== device-check summary ($(date -u +%F) $(head -2 "$OUT/gpu.txt" | tail -1 | cut -d, -f1)) =="
+for r in "${rows[@]}"; do echo "$r" | awk -F'|' '{printf "%-34s %-6s %s\n", $1, $2, $3}'; done
