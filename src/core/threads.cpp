@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -108,13 +109,21 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
     return;
   }
   int64_t per = (n + chunks - 1) / chunks;
+  std::exception_ptr error;
+  std::mutex error_mutex;
   pool().run(chunks, [&](int64_t c) {
     bool was = t_inside;
     t_inside = true;
     int64_t begin = c * per, end = std::min(n, begin + per);
-    if (begin < end) fn(begin, end);
+    try {
+      if (begin < end) fn(begin, end);
+    } catch (...) {  // rethrown on the calling thread below
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
     t_inside = was;
   });
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace moeserve

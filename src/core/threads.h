@@ -1,6 +1,7 @@
 #pragma once
 // A process-wide worker pool for the CPU reference ops. parallel_for splits [0, n) into
-// contiguous ranges; the calling thread takes part. Nested calls run serially.
+// contiguous ranges; the calling thread takes part. Nested calls run serially. An exception thrown by fn
+// on any thread is rethrown on the caller.
 #include <cstdint>
 #include <functional>
 

@@ -1,0 +1,44 @@
+#pragma once
+// One DeepSeek-V4 decoder block over a batch of sequence chunks (continuous batching): tokens of all
+// sequences are concatenated for the token-parallel work (linears, norms, mHC, MoE); attention, the
+// compressors and the indexer run per sequence against its KV state.
+#include <cstdint>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "io/model_config.h"
+#include "kernels/cpu/rope.h"
+#include "model/numerics.h"
+#include "model/weights.h"
+
+namespace moeserve::model {
+
+struct Segment {
+  cache::SequenceKv* seq = nullptr;
+  int64_t begin = 0;      // first row in the batch
+  int64_t count = 0;      // tokens of this sequence in the batch
+  int64_t start_pos = 0;  // position of its first token (= committed length)
+};
+
+struct BlockContext {
+  const io::ModelConfig* config = nullptr;
+  const kernels::cpu::RopeTable* rope_main = nullptr;
+  const kernels::cpu::RopeTable* rope_compress = nullptr;
+  Numerics numerics;
+  cache::KvCache* cache = nullptr;
+  const std::vector<Segment>* segments = nullptr;
+  const std::vector<int64_t>* positions = nullptr;  // [T]
+  const std::vector<int32_t>* token_ids = nullptr;  // [T], for hash routing
+  int64_t tokens = 0;
+};
+
+// h [T, hc, D] updated in place by the block at cache layer index `layer`.
+void run_block(const BlockContext& ctx, int64_t layer, const io::LayerSpec& spec, const BlockWeights& w, float* h);
+
+// Attention sub-block: x [T, D] (normed block input) -> out [T, D].
+void attention_forward(const BlockContext& ctx, int64_t layer, const io::LayerSpec& spec, const AttentionWeights& w,
+                       const float* x, float* out);
+// MoE sub-block: x [T, D] -> out [T, D].
+void moe_forward(const BlockContext& ctx, const io::LayerSpec& spec, const MoeWeights& w, const float* x, float* out);
+
+}  // namespace moeserve::model
