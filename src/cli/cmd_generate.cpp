@@ -1,0 +1,88 @@
+// moeserve generate [--model DIR] (--prompt TEXT | --prompt-ids 1,2,3) --max-new-tokens N [--temperature T]
+//                   [--device cpu|cuda] [--dump-logits FILE] [--numerics reference|checkpoint] ...
+// Prints one JSON object: output_ids, text (when the model has a tokenizer), finish_reason, prompt_tokens.
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "cli/parse.h"
+#include "engine/generate.h"
+#include "io/safetensors.h"
+#include "model/builtin.h"
+#include "model/model.h"
+#include "server/tokenizer.h"
+
+namespace moeserve::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model, prompt, prompt_ids, device = "cpu", dump_logits, numerics = "reference";
+  int64_t max_new_tokens = 16, top_k = 0, prefill_chunk = 0;
+  float temperature = 0.0f, top_p = 1.0f;
+  uint64_t seed = 0;
+  bool ignore_eos = false;
+};
+
+int run_generate(const GenerateArgs& a) {
+  namespace fs = std::filesystem;
+  check(a.prompt.empty() != a.prompt_ids.empty(), "pass exactly one of --prompt TEXT or --prompt-ids 1,2,3");
+  check(a.max_new_tokens >= 1, "--max-new-tokens must be >= 1, got {}", a.max_new_tokens);
+  check(a.device == "cpu", "--device {}: the CUDA backend does not run generate yet; use --device cpu", a.device);
+  const std::string dir = a.model.empty() ? model::builtin_model_dir() : a.model;
+  auto model = model::Model::load(dir);
+  std::optional<server::Tokenizer> tokenizer;
+  if (fs::exists(fs::path(dir) / "tokenizer.json")) tokenizer = server::Tokenizer::load(dir);
+
+  std::vector<int32_t> prompt;
+  if (!a.prompt_ids.empty()) {
+    prompt = parse_id_list(a.prompt_ids, "--prompt-ids");
+  } else {
+    check(tokenizer.has_value(), "--prompt needs a tokenizer, but {} has no tokenizer.json; use --prompt-ids", dir);
+    prompt = tokenizer->encode(a.prompt, /*add_special_tokens=*/true);
+  }
+  const int64_t vocab = model->config().vocab_size;
+  for (size_t i = 0; i < prompt.size(); ++i)
+    check(prompt[i] >= 0 && prompt[i] < vocab, "--prompt-ids: id {} at index {} is outside the vocabulary [0, {})",
+          prompt[i], i, vocab);
+
+  engine::GenerateOptions o;
+  o.max_new_tokens = a.max_new_tokens;
+  o.sampling = {a.temperature, a.top_p, a.top_k};
+  o.seed = a.seed;
+  o.prefill_chunk = a.prefill_chunk;
+  o.keep_logits = !a.dump_logits.empty();
+  o.numerics = model::Numerics::parse(a.numerics);
+  if (!a.ignore_eos) o.stop_token_ids = model->config().eos_token_ids;
+  engine::GenerateResult r = engine::generate(*model, prompt, o);
+
+  if (!a.dump_logits.empty()) io::save_safetensors(a.dump_logits, {{"logits", r.logits}});
+  nlohmann::json out;
+  out["output_ids"] = r.output_ids;
+  out["prompt_tokens"] = prompt.size();
+  out["finish_reason"] = r.finish_reason;
+  if (tokenizer) out["text"] = tokenizer->decode(r.output_ids, /*skip_special_tokens=*/true);
+  std::cout << out.dump() << "\n";
+  return 0;
+}
+
+CommandRegistration registration{{"generate", "generate tokens with the reference engine", [](CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  app.add_option("--model", a->model, "model directory (default: the built-in demo model)");
+  app.add_option("--prompt", a->prompt, "prompt text (tokenized with the model's tokenizer, BOS added)");
+  app.add_option("--prompt-ids", a->prompt_ids, "prompt token ids, comma separated");
+  app.add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate")->required();
+  app.add_option("--temperature", a->temperature, "0 = greedy");
+  app.add_option("--top-p", a->top_p, "nucleus sampling mass");
+  app.add_option("--top-k", a->top_k, "top-k sampling (0 = off)");
+  app.add_option("--seed", a->seed, "sampling seed");
+  app.add_option("--device", a->device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--dump-logits", a->dump_logits, "write logits [P+N-1, vocab] (F32 'logits') to this safetensors file");
+  app.add_option("--numerics", a->numerics, "reference|checkpoint")->check(CLI::IsMember({"reference", "checkpoint"}));
+  app.add_option("--prefill-chunk", a->prefill_chunk, "prefill in chunks of this many tokens (0 = all at once)");
+  app.add_flag("--ignore-eos", a->ignore_eos, "do not stop at the end-of-sequence token");
+  return [a] { return run_generate(*a); };
+}}};
+
+}  // namespace
+}  // namespace moeserve::cli

@@ -1,0 +1,124 @@
+// config.json in both forms: parsing, defaults, and a clear error for each missing or contradictory field.
+#include "io/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "test_paths.h"
+
+namespace moeserve::io {
+namespace {
+
+nlohmann::json fixture_json(const std::string& name, const std::string& file = "config.json") {
+  std::ifstream in(testing::fixture("models/" + name + "/" + file));
+  return nlohmann::json::parse(in);
+}
+
+std::string error_of(const nlohmann::json& j) {
+  try {
+    parse_model_config(j, "config.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ModelConfig, ParsesOfficialFormWithYarnAndMtpEntry) {
+  ModelConfig c = parse_model_config(fixture_json("tiny_yarn"), "tiny_yarn");
+  ASSERT_EQ(c.num_layers, 5);
+  EXPECT_EQ(c.layers[0].attention, AttentionKind::HCA);
+  EXPECT_EQ(c.layers[0].compress_ratio, 32);
+  EXPECT_EQ(c.layers[1].attention, AttentionKind::CSA);
+  EXPECT_EQ(c.layers[4].attention, AttentionKind::Sliding);
+  EXPECT_TRUE(c.layers[1].hash_moe);
+  EXPECT_FALSE(c.layers[2].hash_moe);
+  EXPECT_EQ(c.rope_dim, 64);
+  EXPECT_TRUE(c.rope_compress.yarn);
+  EXPECT_EQ(c.rope_compress.factor, 4.0);
+  EXPECT_EQ(c.rope_compress.theta, 160000.0);
+  EXPECT_FALSE(c.rope_main.yarn);
+  EXPECT_EQ(c.num_mtp_layers, 1);
+}
+
+TEST(ModelConfig, ParsesHfForm) {
+  ModelConfig c = parse_model_config(fixture_json("tiny_hf"), "tiny_hf");
+  EXPECT_EQ(c.layers[2].attention, AttentionKind::HCA);
+  EXPECT_EQ(c.layers[2].compress_ratio, 16);
+  EXPECT_EQ(c.rope_dim, 16);
+  EXPECT_FALSE(c.rope_compress.yarn);
+}
+
+TEST(ModelConfig, OfficialJsonRoundTrips) {
+  ModelConfig a = parse_model_config(fixture_json("tiny_yarn"), "a");
+  ModelConfig b = parse_model_config(model_config_to_official_json(a), "b");
+  EXPECT_EQ(b.layers.size(), a.layers.size());
+  EXPECT_EQ(b.rope_compress.original_max_position, a.rope_compress.original_max_position);
+  EXPECT_EQ(b.num_mtp_layers, a.num_mtp_layers);
+}
+
+TEST(ModelConfig, MissingFieldsAreNamed) {
+  for (const char* field : {"hidden_size", "vocab_size", "num_hidden_layers", "head_dim", "q_lora_rank", "o_groups",
+                            "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"}) {
+    auto j = fixture_json("tiny_yarn");
+    j.erase(field);
+    std::string e = error_of(j);
+    EXPECT_NE(e.find(std::string("missing config field '") + field + "'"), std::string::npos) << e;
+  }
+  auto j = fixture_json("tiny_yarn");
+  j.erase("compress_ratios");
+  EXPECT_NE(error_of(j).find("layer_types"), std::string::npos) << error_of(j);
+}
+
+TEST(ModelConfig, ContradictionsAreNamed) {
+  auto j = fixture_json("tiny_yarn");
+  j["layer_types"] = {"sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention",
+                      "compressed_sparse_attention", "sliding_attention"};  // layer 0 contradicts compress_ratios
+  j["compress_rates"] = {{"compressed_sparse_attention", 4}, {"heavily_compressed_attention", 32}};
+  EXPECT_NE(error_of(j).find("layer 0: layer_types says sliding_attention"), std::string::npos) << error_of(j);
+
+  j = fixture_json("tiny_yarn");
+  j["partial_rotary_factor"] = 0.25;  // head_dim 128 * 0.25 = 32, but qk_rope_head_dim = 64
+  EXPECT_NE(error_of(j).find("qk_rope_head_dim = 64 contradicts partial_rotary_factor"), std::string::npos)
+      << error_of(j);
+
+  j = fixture_json("tiny_hf");
+  j["num_hash_layers"] = 2;  // mlp_layer_types has one hash layer
+  EXPECT_NE(error_of(j).find("mlp_layer_types contradicts num_hash_layers = 2"), std::string::npos) << error_of(j);
+}
+
+TEST(ModelConfig, BadValuesAreNamed) {
+  auto expect_error = [](nlohmann::json j, const std::string& want) {
+    std::string e = error_of(j);
+    EXPECT_NE(e.find(want), std::string::npos) << "got: " << e;
+  };
+  auto j = fixture_json("tiny_yarn");
+  j["hidden_size"] = "96";
+  expect_error(j, "'hidden_size' must be an integer");
+  j = fixture_json("tiny_yarn");
+  j["num_key_value_heads"] = 2;
+  expect_error(j, "num_key_value_heads = 2");
+  j = fixture_json("tiny_yarn");
+  j["o_groups"] = 3;
+  expect_error(j, "not divisible by o_groups = 3");
+  j = fixture_json("tiny_yarn");
+  j["scoring_func"] = "relu";
+  expect_error(j, "scoring_func 'relu'");
+  j = fixture_json("tiny_yarn");
+  j["model_type"] = "llama";
+  expect_error(j, "model_type is 'llama'");
+  j = fixture_json("tiny_yarn");
+  j["compress_ratios"] = {32, 4};
+  expect_error(j, "compress_ratios must be an array of at least num_hidden_layers = 5");
+  j = fixture_json("tiny_yarn");
+  j["rope_scaling"].erase("original_max_position_embeddings");
+  expect_error(j, "yarn needs 'original_max_position_embeddings'");
+  j = fixture_json("tiny_yarn");
+  j["num_experts_per_tok"] = 17;
+  expect_error(j, "num_experts_per_tok = 17 exceeds n_routed_experts = 16");
+}
+
+}  // namespace
+}  // namespace moeserve::io
