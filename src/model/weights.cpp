@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "core/threads.h"
+#include "kernels/cpu/quant.h"
+#include "model/checkpoint_layout.h"
 
 namespace moeserve::model {
 
@@ -45,29 +47,37 @@ class Loader {
     return t.to_f32();
   }
 
-  LinearWeight linear(const std::string& name, int64_t out, int64_t in, bool expert = false) {
+  // A linear of the given role (checkpoint_layout.h). The stored dtype decides the format; the role and
+  // config.json's quantization_config / expert_dtype decide which formats are allowed.
+  LinearWeight linear(const std::string& name, int64_t out, int64_t in, ParamKind kind) {
     LinearWeight w;
     w.name = name;
     w.out = out;
     w.in = in;
-    std::string wname = name + ".weight";
+    const std::string wname = name + ".weight", scale_name = name + ".scale";
     Tensor t = src_.get(wname);
-    std::string scale_name = name + ".scale";
     switch (t.dtype()) {
       case DType::F32:
       case DType::BF16:
-      case DType::F16: {
-        w.format = WeightFormat::Dense;
+      case DType::F16: w.format = WeightFormat::Dense; break;
+      case DType::F8_E4M3: w.format = WeightFormat::Fp8Block; break;
+      case DType::I8:
+      case DType::U8: w.format = WeightFormat::Mxfp4; break;
+      default:
+        fail("{}: tensor '{}' has dtype {}, which a linear weight cannot have (expected BF16, F16, F32, F8_E4M3 "
+             "with a scale, or packed FP4 I8 with a scale)",
+             src_.where(), wname, dtype_name(t.dtype()));
+    }
+    check_format_allowed(wname, t.dtype(), w.format, kind);
+    switch (w.format) {
+      case WeightFormat::Dense: {
         check(t.shape() == Shape{out, in}, "{}: tensor '{}' has shape {} but the config implies {}", src_.where(),
               wname, shape_string(t.shape()), shape_string({out, in}));
         w.weight = t;
         w.f32 = t.to_f32();
         break;
       }
-      case DType::F8_E4M3: {
-        w.format = WeightFormat::Fp8Block;
-        check(c_.quantization.has_value(), "{}: tensor '{}' is F8_E4M3 but config.json has no quantization_config",
-              src_.where(), wname);
+      case WeightFormat::Fp8Block: {
         check(t.shape() == Shape{out, in}, "{}: tensor '{}' has shape {} but the config implies {}", src_.where(),
               wname, shape_string(t.shape()), shape_string({out, in}));
         check(src_.has(scale_name), "{}: FP8 tensor '{}' has no scale tensor '{}'", src_.where(), wname, scale_name);
@@ -78,16 +88,14 @@ class Loader {
         check(s.dtype() == DType::F8_E8M0 || s.dtype() == DType::F32,
               "{}: scale '{}' has dtype {} (expected F8_E8M0 or F32)", src_.where(), scale_name,
               dtype_name(s.dtype()));
+        check_scale_values(scale_name, s);
         w.weight = t;
         w.scale = s;
-        w.f32 = dequantize_fp8(t, s, out, in);
+        w.f32 = Tensor::empty(DType::F32, {out, in});
+        kernels::cpu::fp8_weight_dequantize(t.data<uint8_t>(), s.dtype(), s.raw(), out, in, w.f32.f32());
         break;
       }
-      case DType::I8:
-      case DType::U8: {
-        w.format = WeightFormat::Mxfp4;
-        check(expert, "{}: tensor '{}' is packed FP4 ({}) but only routed experts may be FP4", src_.where(), wname,
-              dtype_name(t.dtype()));
+      case WeightFormat::Mxfp4: {
         check(in % 32 == 0, "{}: tensor '{}': FP4 needs an input width divisible by 32, got {}", src_.where(), wname,
               in);
         check(t.shape() == Shape{out, in / 2}, "{}: packed FP4 tensor '{}' has shape {}; expected {} (two e2m1 per "
@@ -98,45 +106,75 @@ class Loader {
               src_.where(), scale_name, shape_string(s.shape()), shape_string({out, in / 32}));
         check(s.dtype() == DType::F8_E8M0, "{}: scale '{}' has dtype {} (expected F8_E8M0)", src_.where(), scale_name,
               dtype_name(s.dtype()));
+        check_scale_values(scale_name, s);
         w.weight = t;
         w.scale = s;
-        w.f32 = dequantize_fp4(t, s, out, in);
+        w.f32 = Tensor::empty(DType::F32, {out, in});
+        kernels::cpu::mxfp4_weight_dequantize(t.data<uint8_t>(), s.data<uint8_t>(), out, in, w.f32.f32());
         break;
       }
-      default:
-        fail("{}: tensor '{}' has dtype {}, which a linear weight cannot have (expected BF16, F16, F32, F8_E4M3 "
-             "with a scale, or packed FP4 I8 with a scale)",
-             src_.where(), wname, dtype_name(t.dtype()));
     }
     return w;
   }
 
-  static Tensor dequantize_fp8(const Tensor& q, const Tensor& s, int64_t out, int64_t in) {
-    Tensor w = Tensor::empty(DType::F32, {out, in});
-    const uint8_t* qb = q.data<uint8_t>();
-    int64_t scale_cols = s.dim(1);
-    parallel_for(out, 16, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r)
-        for (int64_t k = 0; k < in; ++k)
-          w.f32()[r * in + k] = fp8_e4m3_to_f32(qb[r * in + k]) * element_to_f32(s.dtype(), s.raw(), (r / 128) * scale_cols + k / 128);
-    });
-    return w;
+  // Which formats a linear of this role may have, given config.json (errors name the tensor and the rule).
+  void check_format_allowed(const std::string& wname, DType dtype, WeightFormat format, ParamKind kind) {
+    const bool quantized_config = c_.quantization.has_value();
+    const std::string stored = format == WeightFormat::Mxfp4
+                                   ? "packed FP4 (" + std::string(dtype_name(dtype)) + ")"
+                                   : std::string(dtype_name(dtype));
+    if (format == WeightFormat::Dense) {
+      if (kind == ParamKind::QuantizableLinear)
+        check(!quantized_config, "{}: config.json has a quantization_config (an FP8 checkpoint) but tensor '{}' is "
+              "{}; an FP8 checkpoint stores this linear as F8_E4M3 with 128x128 block scales",
+              src_.where(), wname, stored);
+      if (kind == ParamKind::ExpertLinear && (quantized_config || !c_.expert_dtype.empty()))
+        fail("{}: config.json {} but routed expert tensor '{}' is {}; expected {}", src_.where(),
+             c_.expert_dtype.empty() ? std::string("has a quantization_config (an FP8 checkpoint)")
+                                     : "says expert_dtype '" + c_.expert_dtype + "'",
+             wname, stored, expected_expert_format());
+      return;
+    }
+    check(kind != ParamKind::UnquantizedLinear, "{}: tensor '{}' is {} but DeepSeek-V4 keeps this linear "
+          "unquantized (BF16/F32: the compressors, the indexer's weights_proj, the router gate and the head run "
+          "without FP8)", src_.where(), wname, stored);
+    if (format == WeightFormat::Mxfp4)
+      check(kind == ParamKind::ExpertLinear, "{}: tensor '{}' is {} but only routed experts may be FP4",
+            src_.where(), wname, stored);
+    check(quantized_config, "{}: tensor '{}' is {} but config.json has no quantization_config", src_.where(), wname,
+          stored);
+    if (kind != ParamKind::ExpertLinear) return;
+    if (!c_.expert_dtype.empty()) {
+      const WeightFormat want = c_.expert_dtype == "fp4" ? WeightFormat::Mxfp4 : WeightFormat::Fp8Block;
+      check(format == want, "{}: config.json says expert_dtype '{}' but routed expert tensor '{}' is {}; expected {}",
+            src_.where(), c_.expert_dtype, wname, stored, expected_expert_format());
+    }
+    // Without expert_dtype (early V4-Pro configs) either format loads, but all routed experts must agree.
+    if (!expert_format_) {
+      expert_format_ = format;
+      expert_format_tensor_ = wname;
+    }
+    check(*expert_format_ == format, "{}: routed expert tensor '{}' is {} but '{}' is {}; all routed experts must "
+          "share one format", src_.where(), wname, weight_format_name(format), expert_format_tensor_,
+          weight_format_name(*expert_format_));
   }
 
-  static Tensor dequantize_fp4(const Tensor& q, const Tensor& s, int64_t out, int64_t in) {
-    Tensor w = Tensor::empty(DType::F32, {out, in});
-    const uint8_t* qb = static_cast<const uint8_t*>(q.raw());
-    const uint8_t* sb = static_cast<const uint8_t*>(s.raw());
-    parallel_for(out, 16, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r)
-        for (int64_t k = 0; k < in; k += 2) {
-          uint8_t byte = qb[r * (in / 2) + k / 2];
-          float scale = e8m0_to_f32(sb[r * (in / 32) + k / 32]);
-          w.f32()[r * in + k] = fp4_e2m1_to_f32(byte & 0xf) * scale;  // low nibble: the even element
-          w.f32()[r * in + k + 1] = fp4_e2m1_to_f32(byte >> 4) * scale;
-        }
-    });
-    return w;
+  std::string expected_expert_format() const {
+    if (c_.expert_dtype == "fp4") return "packed FP4 (I8, two e2m1 per byte) with per-32 E8M0 scales";
+    return "F8_E4M3 with 128x128 block scales";
+  }
+
+  // E8M0 0xff is NaN; F32 scales must be positive and finite.
+  void check_scale_values(const std::string& name, const Tensor& s) {
+    for (int64_t i = 0; i < s.numel(); ++i) {
+      const bool ok = s.dtype() == DType::F8_E8M0 ? s.data<uint8_t>()[i] != 0xff
+                                                  : (std::isfinite(s.data<float>()[i]) && s.data<float>()[i] > 0);
+      if (!ok)
+        fail("{}: scale '{}' holds {} at flat index {} (expected a positive finite scale)", src_.where(), name,
+             s.dtype() == DType::F8_E8M0 ? std::string("the E8M0 NaN byte 0xff")
+                                         : fmt::format("{}", s.data<float>()[i]),
+             i);
+    }
   }
 
   CompressorWeights compressor(const std::string& prefix, int64_t ratio, int64_t dim, bool overlap) {
@@ -145,8 +183,8 @@ class Loader {
     w.dim = dim;
     w.overlap = overlap;
     int64_t width = (overlap ? 2 : 1) * dim;
-    w.wkv = linear(prefix + ".wkv", width, c_.hidden_size);
-    w.wgate = linear(prefix + ".wgate", width, c_.hidden_size);
+    w.wkv = linear(prefix + ".wkv", width, c_.hidden_size, ParamKind::UnquantizedLinear);
+    w.wgate = linear(prefix + ".wgate", width, c_.hidden_size, ParamKind::UnquantizedLinear);
     w.ape = small(prefix + ".ape", {ratio, width});
     w.norm = small(prefix + ".norm.weight", {dim});
     return w;
@@ -164,8 +202,8 @@ class Loader {
 
   ExpertWeights expert(const std::string& prefix, bool routed) {
     int64_t d = c_.hidden_size, i = c_.moe_intermediate_size;
-    return {linear(prefix + ".w1", i, d, routed), linear(prefix + ".w2", d, i, routed),
-            linear(prefix + ".w3", i, d, routed)};
+    ParamKind kind = routed ? ParamKind::ExpertLinear : ParamKind::QuantizableLinear;
+    return {linear(prefix + ".w1", i, d, kind), linear(prefix + ".w2", d, i, kind), linear(prefix + ".w3", i, d, kind)};
   }
 
   BlockWeights block(const std::string& p, const io::LayerSpec& spec) {
@@ -176,27 +214,27 @@ class Loader {
     b.hc_attn = hc(p + ".hc_attn");
     b.hc_ffn = hc(p + ".hc_ffn");
     AttentionWeights& a = b.attn;
-    a.wq_a = linear(p + ".attn.wq_a", c_.q_lora_rank, D);
+    a.wq_a = linear(p + ".attn.wq_a", c_.q_lora_rank, D, ParamKind::QuantizableLinear);
     a.q_norm = small(p + ".attn.q_norm.weight", {c_.q_lora_rank});
-    a.wq_b = linear(p + ".attn.wq_b", H * hd, c_.q_lora_rank);
-    a.wkv = linear(p + ".attn.wkv", hd, D);
+    a.wq_b = linear(p + ".attn.wq_b", H * hd, c_.q_lora_rank, ParamKind::QuantizableLinear);
+    a.wkv = linear(p + ".attn.wkv", hd, D, ParamKind::QuantizableLinear);
     a.kv_norm = small(p + ".attn.kv_norm.weight", {hd});
-    a.wo_a = linear(p + ".attn.wo_a", c_.o_groups * c_.o_lora_rank, H * hd / c_.o_groups);
-    a.wo_b = linear(p + ".attn.wo_b", D, c_.o_groups * c_.o_lora_rank);
+    a.wo_a = linear(p + ".attn.wo_a", c_.o_groups * c_.o_lora_rank, H * hd / c_.o_groups, ParamKind::QuantizableLinear);
+    a.wo_b = linear(p + ".attn.wo_b", D, c_.o_groups * c_.o_lora_rank, ParamKind::QuantizableLinear);
     a.sink = small(p + ".attn.attn_sink", {H});
     if (spec.attention != io::AttentionKind::Sliding) {
       bool csa = spec.attention == io::AttentionKind::CSA;
       a.compressor = compressor(p + ".attn.compressor", spec.compress_ratio, hd, csa);
       if (csa) {
         IndexerWeights ix;
-        ix.wq_b = linear(p + ".attn.indexer.wq_b", c_.index_n_heads * c_.index_head_dim, c_.q_lora_rank);
-        ix.weights_proj = linear(p + ".attn.indexer.weights_proj", c_.index_n_heads, D);
+        ix.wq_b = linear(p + ".attn.indexer.wq_b", c_.index_n_heads * c_.index_head_dim, c_.q_lora_rank, ParamKind::QuantizableLinear);
+        ix.weights_proj = linear(p + ".attn.indexer.weights_proj", c_.index_n_heads, D, ParamKind::UnquantizedLinear);
         ix.compressor = compressor(p + ".attn.indexer.compressor", spec.compress_ratio, c_.index_head_dim, true);
         a.indexer = std::move(ix);
       }
     }
     MoeWeights& m = b.ffn;
-    m.gate = linear(p + ".ffn.gate", c_.n_routed_experts, D);
+    m.gate = linear(p + ".ffn.gate", c_.n_routed_experts, D, ParamKind::UnquantizedLinear);
     if (spec.hash_moe) {
       Tensor t = get_shaped(p + ".ffn.gate.tid2eid", {c_.vocab_size, c_.experts_per_token});
       check(t.dtype() == DType::I64 || t.dtype() == DType::I32, "{}: tensor '{}.ffn.gate.tid2eid' has dtype {} "
@@ -222,7 +260,7 @@ class Loader {
     ModelWeights w;
     const int64_t D = c_.hidden_size;
     w.embed = small("embed.weight", {c_.vocab_size, D});
-    w.head = linear("head", c_.vocab_size, D);
+    w.head = linear("head", c_.vocab_size, D, ParamKind::UnquantizedLinear);
     w.norm = small("norm.weight", {D});
     w.hc_head = hc_head("hc_head");
     for (int64_t l = 0; l < c_.num_layers; ++l)
@@ -232,8 +270,8 @@ class Loader {
         std::string p = "mtp." + std::to_string(i);
         if (!src_.has(p + ".e_proj.weight")) break;  // checkpoints without MTP weights load without speculation
         MtpWeights m;
-        m.e_proj = linear(p + ".e_proj", D, D);
-        m.h_proj = linear(p + ".h_proj", D, D);
+        m.e_proj = linear(p + ".e_proj", D, D, ParamKind::QuantizableLinear);
+        m.h_proj = linear(p + ".h_proj", D, D, ParamKind::QuantizableLinear);
         m.enorm = small(p + ".enorm.weight", {D});
         m.hnorm = small(p + ".hnorm.weight", {D});
         m.norm = small(p + ".norm.weight", {D});
@@ -242,16 +280,14 @@ class Loader {
         w.mtp.push_back(std::move(m));
       }
     }
-    if (c_.expert_dtype == "fp4" && !w.layers.empty() && !w.layers[0].ffn.experts.empty())
-      check(w.layers[0].ffn.experts[0].w1.format == WeightFormat::Mxfp4,
-            "{}: config.json says expert_dtype 'fp4' but '{}' is {}", src_.where(),
-            w.layers[0].ffn.experts[0].w1.name + ".weight", weight_format_name(w.layers[0].ffn.experts[0].w1.format));
     return w;
   }
 
  private:
   const io::ModelConfig& c_;
   const TensorSource& src_;
+  std::optional<WeightFormat> expert_format_;  // of the first routed expert tensor, when expert_dtype is unset
+  std::string expert_format_tensor_;
 };
 
 }  // namespace
