@@ -143,6 +143,39 @@ FP32_OFFICIAL_SUFFIXES = ("attn_sink", ".ape", "gate.bias", "hc_attn_fn", "hc_at
                           "hc_ffn_fn", "hc_ffn_base", "hc_ffn_scale", "hc_head_fn", "hc_head_base", "hc_head_scale")
 
 
+# HF module names inside a decoder layer -> official names inside `layers.L.` (also used for `mtp.0.`).
+HF_TO_OFFICIAL_LAYER = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "attn_hc.fn": "hc_attn_fn", "attn_hc.base": "hc_attn_base", "attn_hc.scale": "hc_attn_scale",
+    "ffn_hc.fn": "hc_ffn_fn", "ffn_hc.base": "hc_ffn_base", "ffn_hc.scale": "hc_ffn_scale",
+    "self_attn.q_a_proj.weight": "attn.wq_a.weight",
+    "self_attn.q_a_norm.weight": "attn.q_norm.weight",
+    "self_attn.q_b_proj.weight": "attn.wq_b.weight",
+    "self_attn.kv_proj.weight": "attn.wkv.weight",
+    "self_attn.kv_norm.weight": "attn.kv_norm.weight",
+    "self_attn.o_a_proj.weight": "attn.wo_a.weight",
+    "self_attn.o_b_proj.weight": "attn.wo_b.weight",
+    "self_attn.sinks": "attn.attn_sink",
+    "self_attn.compressor.kv_proj.weight": "attn.compressor.wkv.weight",
+    "self_attn.compressor.gate_proj.weight": "attn.compressor.wgate.weight",
+    "self_attn.compressor.position_bias": "attn.compressor.ape",
+    "self_attn.compressor.kv_norm.weight": "attn.compressor.norm.weight",
+    "self_attn.compressor.indexer.kv_proj.weight": "attn.indexer.compressor.wkv.weight",
+    "self_attn.compressor.indexer.gate_proj.weight": "attn.indexer.compressor.wgate.weight",
+    "self_attn.compressor.indexer.position_bias": "attn.indexer.compressor.ape",
+    "self_attn.compressor.indexer.kv_norm.weight": "attn.indexer.compressor.norm.weight",
+    "self_attn.compressor.indexer.q_b_proj.weight": "attn.indexer.wq_b.weight",
+    "self_attn.compressor.indexer.scorer.weights_proj.weight": "attn.indexer.weights_proj.weight",
+    "mlp.gate.weight": "ffn.gate.weight",
+    "mlp.gate.e_score_correction_bias": "ffn.gate.bias",
+    "mlp.gate.tid2eid": "ffn.gate.tid2eid",
+    "mlp.shared_experts.gate_proj.weight": "ffn.shared_experts.w1.weight",
+    "mlp.shared_experts.up_proj.weight": "ffn.shared_experts.w3.weight",
+    "mlp.shared_experts.down_proj.weight": "ffn.shared_experts.w2.weight",
+}
+
+
 def to_official(sd, cfg):
     """HF module names -> official DeepSeek names."""
     out = {}
@@ -155,36 +188,6 @@ def to_official(sd, cfg):
         else:
             out[name] = t.to(torch.float32 if keep32 else torch.bfloat16).contiguous()
 
-    layer_map = {
-        "input_layernorm.weight": "attn_norm.weight",
-        "post_attention_layernorm.weight": "ffn_norm.weight",
-        "attn_hc.fn": "hc_attn_fn", "attn_hc.base": "hc_attn_base", "attn_hc.scale": "hc_attn_scale",
-        "ffn_hc.fn": "hc_ffn_fn", "ffn_hc.base": "hc_ffn_base", "ffn_hc.scale": "hc_ffn_scale",
-        "self_attn.q_a_proj.weight": "attn.wq_a.weight",
-        "self_attn.q_a_norm.weight": "attn.q_norm.weight",
-        "self_attn.q_b_proj.weight": "attn.wq_b.weight",
-        "self_attn.kv_proj.weight": "attn.wkv.weight",
-        "self_attn.kv_norm.weight": "attn.kv_norm.weight",
-        "self_attn.o_a_proj.weight": "attn.wo_a.weight",
-        "self_attn.o_b_proj.weight": "attn.wo_b.weight",
-        "self_attn.sinks": "attn.attn_sink",
-        "self_attn.compressor.kv_proj.weight": "attn.compressor.wkv.weight",
-        "self_attn.compressor.gate_proj.weight": "attn.compressor.wgate.weight",
-        "self_attn.compressor.position_bias": "attn.compressor.ape",
-        "self_attn.compressor.kv_norm.weight": "attn.compressor.norm.weight",
-        "self_attn.compressor.indexer.kv_proj.weight": "attn.indexer.compressor.wkv.weight",
-        "self_attn.compressor.indexer.gate_proj.weight": "attn.indexer.compressor.wgate.weight",
-        "self_attn.compressor.indexer.position_bias": "attn.indexer.compressor.ape",
-        "self_attn.compressor.indexer.kv_norm.weight": "attn.indexer.compressor.norm.weight",
-        "self_attn.compressor.indexer.q_b_proj.weight": "attn.indexer.wq_b.weight",
-        "self_attn.compressor.indexer.scorer.weights_proj.weight": "attn.indexer.weights_proj.weight",
-        "mlp.gate.weight": "ffn.gate.weight",
-        "mlp.gate.e_score_correction_bias": "ffn.gate.bias",
-        "mlp.gate.tid2eid": "ffn.gate.tid2eid",
-        "mlp.shared_experts.gate_proj.weight": "ffn.shared_experts.w1.weight",
-        "mlp.shared_experts.up_proj.weight": "ffn.shared_experts.w3.weight",
-        "mlp.shared_experts.down_proj.weight": "ffn.shared_experts.w2.weight",
-    }
     for name, t in sd.items():
         if "inv_freq" in name:
             continue
@@ -206,8 +209,8 @@ def to_official(sd, cfg):
             elif rest == "mlp.experts.down_proj":
                 for e in range(t.shape[0]):
                     put(f"layers.{L}.ffn.experts.{e}.w2.weight", t[e])
-            elif rest in layer_map:
-                put(f"layers.{L}.{layer_map[rest]}", t)
+            elif rest in HF_TO_OFFICIAL_LAYER:
+                put(f"layers.{L}.{HF_TO_OFFICIAL_LAYER[rest]}", t)
             else:
                 raise KeyError(f"no official name for {name}")
         else:
