@@ -1,0 +1,113 @@
+#include "kernels/cpu/moe_w4a8_pack.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace moeserve::kernels::cpu {
+
+namespace {
+
+inline uint8_t nibble_at(const uint8_t* row, int k) { return (row[k >> 1] >> ((k & 1) * 4)) & 0xf; }
+inline void set_nibble(uint8_t* row, int k, uint8_t v) {
+  int shift = (k & 1) * 4;
+  row[k >> 1] = uint8_t((row[k >> 1] & ~(0xf << shift)) | ((v & 0xf) << shift));
+}
+
+// The (row, ks, t) a word at (h, i, j) describes.
+inline void word_coords(int h, int i, int j, int* r, int* ks, int* t) {
+  *r = 16 * (i / 32) + (i % 32) / 4 + 8 * (j % 2);
+  *ks = 2 * h + j / 2;
+  *t = i % 4;
+}
+
+inline size_t word_offset(int h, int i, int j) { return size_t(h) * 2048 + size_t(i) * 16 + size_t(j) * 4; }
+
+}  // namespace
+
+bool moe_w4a8_pack_shape_ok(int N, int K) { return N > 0 && K > 0 && N % kPackRows == 0 && K % kPackK == 0; }
+
+int64_t moe_w4a8_pack_expert(const uint8_t* weight, const uint8_t* scale, int N, int K, uint8_t* packed,
+                             uint64_t* flags) {
+  const int n_blocks = N / kPackRows, n_groups = K / kPackK, fw = moe_w4a8_flag_words(K);
+  std::memset(flags, 0, sizeof(uint64_t) * size_t(n_blocks) * size_t(fw));
+  int64_t wide = 0;
+  for (int nb = 0; nb < n_blocks; ++nb) {
+    for (int g = 0; g < n_groups; ++g) {
+      uint8_t* chunk = packed + (size_t(nb) * n_groups + g) * kChunkBytes;
+      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < 128; ++i)
+          for (int j = 0; j < 4; ++j) {
+            int r, ks, t;
+            word_coords(h, i, j, &r, &ks, &t);
+            const uint8_t* wrow = weight + size_t(nb * kPackRows + r) * (K / 2);
+            int k0 = g * kPackK + 32 * ks + 4 * t;
+            uint32_t word = 0;
+            for (int c = 0; c < 4; ++c) {
+              uint8_t lo = nibble_at(wrow, k0 + c), hi = nibble_at(wrow, k0 + 16 + c);
+              word |= uint32_t(lo & 7) << (4 * c);
+              word |= uint32_t(hi & 7) << (4 * (c + 4));
+              word |= uint32_t(lo >> 3) << (8 * c + 7);
+              word |= uint32_t(hi >> 3) << (8 * c + 3);
+            }
+            std::memcpy(chunk + word_offset(h, i, j), &word, 4);
+          }
+      bool group_wide = false;
+      for (int r = 0; r < kPackRows; ++r) {
+        const int n = nb * kPackRows + r;
+        const uint8_t* wrow = weight + size_t(n) * (K / 2);
+        uint8_t e[4];
+        bool zero[4];
+        int emax_nonzero = -1;
+        for (int b = 0; b < 4; ++b) {
+          e[b] = scale[size_t(n) * (K / 32) + g * 4 + b];
+          zero[b] = true;
+          for (int k = 0; k < 32 && zero[b]; ++k) zero[b] = (nibble_at(wrow, g * kPackK + 32 * b + k) & 7) == 0;
+          if (!zero[b]) emax_nonzero = std::max(emax_nonzero, int(e[b]));
+        }
+        if (emax_nonzero < 0) emax_nonzero = std::max(std::max(e[0], e[1]), std::max(e[2], e[3]));
+        int lo = 255, hi = 0;
+        for (int b = 0; b < 4; ++b) {
+          if (zero[b]) e[b] = uint8_t(emax_nonzero);
+          lo = std::min(lo, int(e[b]));
+          hi = std::max(hi, int(e[b]));
+          chunk[kChunkWeightBytes + 4 * r + b] = e[b];
+        }
+        if (hi - lo > kFastSpread) group_wide = true;
+      }
+      if (group_wide) {
+        flags[size_t(nb) * fw + g / 64] |= uint64_t(1) << (g % 64);
+        ++wide;
+      }
+    }
+  }
+  return wide;
+}
+
+void moe_w4a8_unpack_expert(const uint8_t* packed, int N, int K, uint8_t* weight, uint8_t* scale) {
+  const int n_blocks = N / kPackRows, n_groups = K / kPackK;
+  for (int nb = 0; nb < n_blocks; ++nb)
+    for (int g = 0; g < n_groups; ++g) {
+      const uint8_t* chunk = packed + (size_t(nb) * n_groups + g) * kChunkBytes;
+      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < 128; ++i)
+          for (int j = 0; j < 4; ++j) {
+            int r, ks, t;
+            word_coords(h, i, j, &r, &ks, &t);
+            uint32_t word;
+            std::memcpy(&word, chunk + word_offset(h, i, j), 4);
+            uint8_t* wrow = weight + size_t(nb * kPackRows + r) * (K / 2);
+            int k0 = g * kPackK + 32 * ks + 4 * t;
+            for (int c = 0; c < 4; ++c) {
+              uint8_t lo = uint8_t(((word >> (4 * c)) & 7) | (((word >> (8 * c + 7)) & 1) << 3));
+              uint8_t hi = uint8_t(((word >> (4 * (c + 4))) & 7) | (((word >> (8 * c + 3)) & 1) << 3));
+              set_nibble(wrow, k0 + c, lo);
+              set_nibble(wrow, k0 + 16 + c, hi);
+            }
+          }
+      for (int r = 0; r < kPackRows; ++r)
+        for (int b = 0; b < 4; ++b)
+          scale[size_t(nb * kPackRows + r) * (K / 32) + g * 4 + b] = chunk[kChunkWeightBytes + 4 * r + b];
+    }
+}
+
+}  // namespace moeserve::kernels::cpu

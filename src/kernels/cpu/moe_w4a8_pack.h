@@ -1,0 +1,58 @@
+#pragma once
+// The load-time layout of MXFP4 expert weights for the Hopper W4A8 grouped GEMM
+// (kernels/cuda/moe_w4a8.h). Plain C++ with no project includes, so CUDA sources can include it.
+//
+// Checkpoint layout, per expert: W[N, K] as packed e2m1 bytes [N, K/2] (low nibble = even k) and one
+// E8M0 scale per 32 consecutive k: [N, K/32].
+//
+// Packed layout, per expert: chunks of 64 rows x 128 k, ordered [N/64][K/128], each kChunkBytes:
+//   bytes [0, 4096): the 64x128 e2m1 values, permuted into the wgmma A-operand register layout.
+//     Index by (half h in 0..1, warpgroup thread i in 0..127, word j in 0..3), 16 bytes per (h, i):
+//     word j holds k-step ks = 2h + j/2 (32 k each) of row r = 16*(i/32) + (i%32)/4 + 8*(j%2).
+//     A word carries 8 values: the 4 at k = 32ks + 4t + c ("lo", c=0..3) and the 4 at
+//     k = 32ks + 16 + 4t + c ("hi"), t = i % 4. Nibble q (bits 4q..4q+3) holds in its low 3 bits the
+//     magnitude code of lo[q] (q < 4) or hi[q-4] (q >= 4); the top bit of nibble 2c+1 is the sign of
+//     lo[c] and the top bit of nibble 2c the sign of hi[c]. So the signs of lo sit at bits 7,15,23,31 and
+//     those of hi at bits 3,11,19,27: a byte permute of the magnitudes plus one mask gives e4m3 bytes.
+//   bytes [4096, 4352): for each of the 64 rows, its 4 E8M0 scales of this 128-k group (one byte per
+//     32-k block, block 0 first). A block whose 32 values are all zero gets the largest exponent of its
+//     row's group instead of its own: it contributes 0 either way, and this keeps the exponent spread small.
+//   Same bytes as the checkpoint (N*K/2 + N*K/32): no dequantized copy.
+// Wide flags, per expert: [N/64][flag_words(K)] uint64; bit g of word g/64 is set when some row of the
+//   64-row block has exponent spread (max - min over the 4 blocks of group g) > kFastSpread. The kernel
+//   handles such groups on an exact slower path (per-32 promotion).
+#include <cstddef>
+#include <cstdint>
+
+namespace moeserve::kernels::cpu {
+
+inline constexpr int kPackRows = 64;
+inline constexpr int kPackK = 128;
+inline constexpr int kChunkWeightBytes = kPackRows * kPackK / 2;          // 4096
+inline constexpr int kChunkScaleBytes = kPackRows * (kPackK / 32);        // 256
+inline constexpr int kChunkBytes = kChunkWeightBytes + kChunkScaleBytes;  // 4352
+// Largest exponent spread inside one 128-k group that the fast path represents exactly: the block with
+// the largest exponent is shifted up by 2^6 (6.0 -> 384, still e4m3), a block d below it by 2^(6-d);
+// every e2m1 value times 2^(6-d) is an e4m3 normal for d <= 11.
+inline constexpr int kFastSpread = 11;
+
+inline constexpr int moe_w4a8_flag_words(int K) { return (K / kPackK + 63) / 64; }
+inline constexpr size_t moe_w4a8_packed_expert_bytes(int N, int K) {
+  return size_t(N / kPackRows) * size_t(K / kPackK) * kChunkBytes;
+}
+inline constexpr size_t moe_w4a8_flag_expert_words(int N, int K) {
+  return size_t(N / kPackRows) * size_t(moe_w4a8_flag_words(K));
+}
+
+// Shapes the packed layout accepts: N % 64 == 0, K % 128 == 0.
+bool moe_w4a8_pack_shape_ok(int N, int K);
+
+// Repacks one expert. weight: [N][K/2] e2m1 pairs, scale: [N][K/32] E8M0. packed: moe_w4a8_packed_expert_bytes,
+// flags: moe_w4a8_flag_expert_words. Returns the number of (64-row block, group) pairs flagged wide.
+int64_t moe_w4a8_pack_expert(const uint8_t* weight, const uint8_t* scale, int N, int K, uint8_t* packed,
+                             uint64_t* flags);
+
+// Inverse, for tests: back to the checkpoint layout (with the all-zero blocks' scales normalized as above).
+void moe_w4a8_unpack_expert(const uint8_t* packed, int N, int K, uint8_t* weight, uint8_t* scale);
+
+}  // namespace moeserve::kernels::cpu

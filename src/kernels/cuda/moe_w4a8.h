@@ -1,0 +1,75 @@
+#pragma once
+// Routed-expert MoE on Hopper with MXFP4 weights and FP8 activations (W4A8), the official DeepSeek-V4
+// `mxfp4-fp8` numerics. Reference semantics and row layouts: kernels/cpu/moe_w4a8.h. Weight layout:
+// kernels/cpu/moe_w4a8_pack.h (repack once at load with moe_w4a8_pack_expert, upload, keep MXFP4 in HBM).
+//
+// A layer on the GPU, for T tokens with top-k routing (all launches stream-ordered, no host sync, no
+// allocation: the decode path is CUDA-graph capturable):
+//   moe_route_rows      topk_ids -> counts, row_of_slot, slot_of_row    (workspace: moe_route_rows_workspace)
+//   moe_gather_quant    bf16 hidden -> FP8 grouped rows + per-128 scales
+//   moe_grouped_gemm_w4a8_{contiguous,masked}   W13 (N = 2I: w1 rows then w3 rows), bf16 out
+//   moe_swiglu_quant    routing weight * SwiGLU(clamp) -> FP8 rows + scales for W2
+//   moe_grouped_gemm_w4a8_{contiguous,masked}   W2 (N = D), bf16 out
+//   moe_combine         sum of the token's expert rows in expert order -> fp32 [T][D]
+//
+// Plain header (CUDA runtime types only) so .cu and .cpp files can both include it.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace moeserve::cuda {
+
+struct MoeW4A8Weights {
+  const uint8_t* packed = nullptr;       // [E] x moe_w4a8_packed_expert_bytes(N, K)
+  const uint64_t* wide_flags = nullptr;  // [E] x moe_w4a8_flag_expert_words(N, K)
+  int E = 0, N = 0, K = 0;               // N % 128 == 0, K % 256 == 0, E <= 512
+};
+
+struct MoeW4A8Input {
+  const uint8_t* a = nullptr;  // FP8 e4m3 [rows][K], 16-byte aligned
+  const float* sa = nullptr;   // [K/128][sa_ld] power-of-two scales
+  int rows = 0;                // allocated rows of a (and of y): contiguous T*topk, masked E*cap
+  int sa_ld = 0;               // >= rows, multiple of 4
+};
+
+enum class MoeOutType : int { BF16 = 0, F32 = 1 };
+
+// Tile configurations (the tuning space). Tokens of one expert form the wgmma N dimension (swap-AB: the
+// dequantized weights are the register A operand, 64 weight rows per consumer warpgroup).
+struct MoeW4A8Config {
+  int block_tokens;      // wgmma N: 8..128
+  int warpgroups;        // consumer warpgroups per CTA (64 weight rows each)
+  int groups_per_stage;  // 128-k groups per pipeline stage
+  int stages;
+  int ctas_per_sm;       // occupancy the config is built for
+  const char* name;
+};
+int moe_w4a8_config_count();
+const MoeW4A8Config& moe_w4a8_config(int id);
+// Config from the checked-in dispatch table (kernels/cuda/moe_w4a8_dispatch.cpp) for a shape and the
+// expected rows per active expert; a heuristic when the table has no entry.
+int moe_w4a8_pick_config(int E, int N, int K, int expected_rows_per_expert);
+
+// y[row][n] for the rows of every expert (contiguous layout: expert e owns rows from the prefix sum of
+// counts). y: [in.rows][N], bf16 or fp32; rows of no expert are not written. config = -1: dispatch table.
+cudaError_t moe_grouped_gemm_w4a8_contiguous(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
+                                             void* y, MoeOutType out, int expected_rows_per_expert, int config,
+                                             cudaStream_t stream);
+// Masked layout: expert e owns rows [e*cap, e*cap + min(counts[e], cap)). Fixed launch shape.
+cudaError_t moe_grouped_gemm_w4a8_masked(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
+                                         int cap, void* y, MoeOutType out, int expected_rows_per_expert, int config,
+                                         cudaStream_t stream);
+
+// Glue (semantics: kernels/cpu/moe_w4a8.h).
+size_t moe_route_rows_workspace(int T, int topk, int E);
+cudaError_t moe_route_rows(const int* topk_ids, int T, int topk, int E, int cap, int* counts, int* row_of_slot,
+                           int* slot_of_row, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+cudaError_t moe_gather_quant(const uint16_t* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a,
+                             float* sa, int sa_ld, cudaStream_t stream);
+cudaError_t moe_swiglu_quant(const uint16_t* h, int I, const int* slot_of_row, int rows, const float* weights,
+                             float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream);
+cudaError_t moe_combine(const uint16_t* y2, int D, const int* row_of_slot, const int* topk_ids, int T, int topk,
+                        float* out, cudaStream_t stream);
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,587 @@
+// MXFP4-weight x FP8-activation grouped GEMM for Hopper (sm_90a): moe_grouped_gemm_w4a8_{contiguous,masked}.
+//
+// Scheme (swap-AB). Per CTA tile: 64*WG weight rows x BN tokens of one expert, the whole K.
+//  - A producer warp streams, per pipeline stage, G groups of 128 k: the FP8 activation tile [BN x 128] per
+//    group by TMA (128-byte swizzle, the wgmma B layout), the per-token scales [G x BN] by TMA, and each
+//    warpgroup's packed MXFP4 chunks (64 rows x 128 k, 4352 bytes, kernels/cpu/moe_w4a8_pack.h) by 1-D bulk
+//    copies; full/empty mbarriers per stage.
+//  - Each consumer warpgroup turns its 64x128 MXFP4 chunk into four wgmma A fragments in registers:
+//    e2m1 -> e4m3 by a byte permute through an 8-entry table per (row, 32-block). The table folds the block's
+//    E8M0 exponent in relative to the row's largest exponent emax in the group: values become
+//    v * 2^(6 - (emax - e_j)), exact in e4m3 for a spread <= 11 (kFastSpread). Four m64nBNk32 wgmmas accumulate
+//    the group in fp32 (tensor-core precision), then the group is promoted into the fp32 accumulator with
+//    2^(emax - 133) * sa[token] (both powers of two, so the product is exact).
+//  - Groups whose 64-row block has a row with spread > 11 (flag bit from the packer) take an exact slower
+//    path: each 32-block on its own (v * 2^6), one k32 wgmma, promoted with 2^(e_j - 133) * sa.
+//  - Persistent grid: CTAs walk the (expert, weight tile, token tile) list computed from the device counts,
+//    so the launch shape never depends on the routing (graph capturable).
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+
+#include "kernels/cpu/moe_w4a8_pack.h"
+#include "kernels/cuda/moe_w4a8.h"
+#include "kernels/cuda/wgmma_rs_fp8.cuh"
+
+namespace moeserve::cuda {
+
+namespace {
+
+namespace pack = moeserve::kernels::cpu;
+
+constexpr int kMaxExperts = 512;
+
+// ---------------------------------------------------------------------------------------------------------
+// PTX helpers
+// ---------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// K-major, 128-byte-swizzled wgmma operand descriptor: rows of 128 bytes, 8-row atoms 1024 bytes apart.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_byte_addr) {
+  uint64_t desc = uint64_t((smem_byte_addr & 0x3ffff) >> 4);
+  desc |= uint64_t(1) << 16;             // leading byte offset (unused for swizzled K-major)
+  desc |= uint64_t(1024 >> 4) << 32;     // stride byte offset: 8 rows x 128 bytes
+  desc |= uint64_t(1) << 62;             // 128-byte swizzle
+  return desc;
+}
+
+// 2^(e - 133) for an E8M0 byte e (the group's promotion factor: the e4m3 values carry 2^6).
+__device__ __forceinline__ float pow2_e8m0_minus6(uint32_t e) {
+  return e >= 7 ? __uint_as_float((e - 6) << 23) : ldexpf(1.0f, int(e) - 133);
+}
+
+// Four e2m1 magnitudes (selectors) + sign bits -> four e4m3 bytes, through the 8-byte table {lo, hi}.
+__device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t lo, uint32_t hi, uint32_t& r_lo,
+                                               uint32_t& r_hi) {
+  const uint32_t m = w & 0x77777777u;
+  r_lo = __byte_perm(lo, hi, m) | (w & 0x80808080u);
+  r_hi = __byte_perm(lo, hi, m >> 16) | ((w << 4) & 0x80808080u);
+}
+
+// Table words for table offset u (value v -> v * 2^(u-6)), as base + e * step so that a group computes the
+// base once per row: u = 12 - emax + e_j.
+constexpr uint32_t kLutLo0 = 0x0C080000u, kLutLoStep = 0x08080800u;
+constexpr uint32_t kLutHi0 = 0x1C181410u, kLutHiStep = 0x08080808u;
+
+// ---------------------------------------------------------------------------------------------------------
+// Kernel
+// ---------------------------------------------------------------------------------------------------------
+struct Params {
+  const uint8_t* w;         // packed weights
+  const uint64_t* flags;    // wide flags
+  const int* counts;        // [E]
+  void* y;                  // [rows][N]
+  size_t expert_bytes;      // packed bytes per expert
+  int E, N, K, cap;         // cap > 0: masked
+  int flag_words;           // per 64-row block
+  int out_f32;
+};
+
+template <int BN_, int WG_, int G_, int S_, int MINB_>
+struct Cfg {
+  static constexpr int BN = BN_, WG = WG_, G = G_, S = S_, MINB = MINB_;
+  // Two consumer warpgroups: a whole producer warpgroup, so that setmaxnreg can move registers to the
+  // consumers (ptxas budgets a 288-thread block like a 384-thread one anyway). One: a single producer warp.
+  static constexpr bool kSetMaxNReg = WG >= 2;
+  static constexpr int kThreads = 128 * WG + (kSetMaxNReg ? 128 : 32);
+  static constexpr int kEntryRegs = ((65536 / (kThreads * MINB)) / 8) * 8 > 255 ? 248 : ((65536 / (kThreads * MINB)) / 8) * 8;
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs =
+      ((kEntryRegs * kThreads - kProducerRegs * 128) / (128 * WG)) / 8 * 8 > 232
+          ? 232
+          : ((kEntryRegs * kThreads - kProducerRegs * 128) / (128 * WG)) / 8 * 8;
+  static constexpr int kActBytes = G * BN * 128;                       // multiple of 1024
+  static constexpr int kSaBytes = ((G * BN * 4 + 127) / 128) * 128;
+  static constexpr int kWBytes = WG * G * pack::kChunkBytes;
+  static constexpr int kStageBytes = ((kActBytes + kSaBytes + kWBytes + 1023) / 1024) * 1024;
+  static constexpr int kStagePitch = 68;                               // floats per staged token row (64 + 4)
+  static constexpr int kStagingBytes = WG * BN * kStagePitch * 4;
+  static constexpr int kSchedBytes = (3 * kMaxExperts + 1) * 4;
+  static constexpr int kBarBytes = 2 * S * 8;
+  static constexpr int kSmemBytes = 1024 /*align slack*/ + S * kStageBytes + kStagingBytes + kBarBytes + kSchedBytes;
+  static_assert(BN % 8 == 0 && BN <= 128, "wgmma N");
+  static_assert(kConsumerRegs >= 24 && kProducerRegs >= 24 && kEntryRegs >= 24, "register split");
+  // Convert the next group while the current group's wgmmas run (a second A-fragment set in registers);
+  // off for the widest token tile, where the two consumer warpgroups overlap each other instead.
+  static constexpr bool kPrefetch = BN <= 64;
+  static_assert(kSmemBytes <= 232448, "shared memory");
+};
+
+// Per-group state carried from conversion to promotion.
+struct GroupRegs {
+  uint32_t a[4][4];  // A fragments of the 4 k-steps
+  uint32_t e0, e1;   // the 4 E8M0 bytes of rows r0, r0+8
+  uint32_t stage, gin;
+  bool wide;
+};
+
+template <class C>
+__global__ void __launch_bounds__(C::kThreads, C::MINB)
+    moe_w4a8_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_sa,
+                         const Params p) {
+  constexpr int BN = C::BN, WG = C::WG, G = C::G, S = C::S;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* stages = smem;
+  float* staging = reinterpret_cast<float*>(smem + S * C::kStageBytes);
+  uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem + S * C::kStageBytes + C::kStagingBytes);
+  uint64_t* empty_bar = full_bar + S;
+  int* item_start = reinterpret_cast<int*>(empty_bar + S);  // [E + 1]
+  int* row_start = item_start + kMaxExperts + 1;            // [E]
+  int* cnt = row_start + kMaxExperts;                       // [E]
+
+  const int NG = p.K / 128;
+  const int n_chunks = NG / G;
+  const int NBT = p.N / (64 * WG);  // weight tiles per expert
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  // Schedule: items of expert e = NBT * ceil(cnt / BN), in expert order.
+  if (warp == 0) {
+    int item_run = 0, row_run = 0;
+    for (int base = 0; base < p.E; base += 32) {
+      const int e = base + lane;
+      int c = 0;
+      if (e < p.E) {
+        c = max(p.counts[e], 0);
+        if (p.cap > 0) c = min(c, p.cap);
+      }
+      int items = NBT * ((c + BN - 1) / BN);
+      int inc_items = items, inc_rows = c;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        int vi = __shfl_up_sync(0xffffffffu, inc_items, off);
+        int vr = __shfl_up_sync(0xffffffffu, inc_rows, off);
+        if (lane >= off) {
+          inc_items += vi;
+          inc_rows += vr;
+        }
+      }
+      if (e < p.E) {
+        item_start[e] = item_run + inc_items - items;
+        row_start[e] = p.cap > 0 ? e * p.cap : row_run + inc_rows - c;
+        cnt[e] = c;
+      }
+      item_run += __shfl_sync(0xffffffffu, inc_items, 31);
+      row_run += __shfl_sync(0xffffffffu, inc_rows, 31);
+    }
+    if (lane == 0) item_start[p.E] = item_run;
+  }
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(&full_bar[s], 1);
+      mbar_init(&empty_bar[s], 4 * WG);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+  const int total_items = item_start[p.E];
+
+  if (warp >= 4 * WG) {
+    // ------------------------------ producer ------------------------------
+    if constexpr (C::kSetMaxNReg) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(C::kProducerRegs));
+    if (warp != 4 * WG || lane != 0) return;
+    int stage = 0;
+    uint32_t phase = 0;
+    int e = 0;
+    constexpr uint32_t kTxBytes = uint32_t(G * BN * 128 + G * BN * 4 + WG * G * pack::kChunkBytes);
+    for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
+      while (it >= item_start[e + 1]) ++e;
+      const int ntt = (cnt[e] + BN - 1) / BN;
+      const int local = it - item_start[e];
+      const int nbt = local / ntt, tt = local % ntt;
+      const int row0 = row_start[e] + tt * BN;
+      const uint8_t* wsrc = p.w + size_t(e) * p.expert_bytes;
+      for (int kc = 0; kc < n_chunks; ++kc) {
+        mbar_wait(&empty_bar[stage], phase ^ 1);
+        uint8_t* st = stages + stage * C::kStageBytes;
+        mbar_arrive_expect_tx(&full_bar[stage], kTxBytes);
+#pragma unroll
+        for (int gi = 0; gi < G; ++gi) tma_load_2d(st + gi * BN * 128, &tmap_a, &full_bar[stage], (kc * G + gi) * 128, row0);
+        tma_load_2d(st + C::kActBytes, &tmap_sa, &full_bar[stage], row0, kc * G);
+#pragma unroll
+        for (int w = 0; w < WG; ++w) {
+          const size_t chunk = size_t(nbt * WG + w) * NG + size_t(kc) * G;
+          bulk_load(st + C::kActBytes + C::kSaBytes + w * G * pack::kChunkBytes, wsrc + chunk * pack::kChunkBytes,
+                    uint32_t(G * pack::kChunkBytes), &full_bar[stage]);
+        }
+        if (++stage == S) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    return;
+  }
+
+  // ------------------------------ consumers ------------------------------
+  if constexpr (C::kSetMaxNReg) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::kConsumerRegs));
+  const int wg = warp / 4;
+  const int tid = threadIdx.x % 128;
+  const int wq = tid / 32;               // warp within the warpgroup
+  const int g8 = lane / 4, t4 = lane % 4;
+  const int r0 = 16 * wq + g8;           // rows r0 and r0 + 8 of the 64-row block
+  float* stage_out = staging + wg * BN * C::kStagePitch;
+
+  int ld_stage = 0;
+  uint32_t ld_phase = 0;
+  int rel_stage = 0;
+  int e = 0;
+
+  float acc[BN / 2];
+  float tmp[BN / 2];
+
+  // Load + convert group `gi` of the current item into `gr` (waits for the stage when gi starts a chunk).
+  auto load_group = [&](int gi, const uint64_t* flags_row, GroupRegs& gr) {
+    const int gin = gi % G;
+    if (gin == 0) mbar_wait(&full_bar[ld_stage], ld_phase);
+    gr.stage = ld_stage;
+    gr.gin = gin;
+    gr.wide = (flags_row[gi >> 6] >> (gi & 63)) & 1;
+    const uint8_t* chunk = stages + ld_stage * C::kStageBytes + C::kActBytes + C::kSaBytes +
+                           (wg * G + gin) * pack::kChunkBytes;
+    const uint4 q0 = *reinterpret_cast<const uint4*>(chunk + tid * 16);
+    const uint4 q1 = *reinterpret_cast<const uint4*>(chunk + 2048 + tid * 16);
+    gr.e0 = *reinterpret_cast<const uint32_t*>(chunk + pack::kChunkWeightBytes + 4 * r0);
+    gr.e1 = *reinterpret_cast<const uint32_t*>(chunk + pack::kChunkWeightBytes + 4 * (r0 + 8));
+    uint32_t blo0, bhi0, blo1, bhi1, slo0, shi0, slo1, shi1;
+    if (!gr.wide) {
+      const uint32_t m0 = __vmaxu4(gr.e0, gr.e0 >> 16), m1 = __vmaxu4(gr.e1, gr.e1 >> 16);
+      const uint32_t emax0 = max(m0 & 0xff, (m0 >> 8) & 0xff), emax1 = max(m1 & 0xff, (m1 >> 8) & 0xff);
+      blo0 = kLutLo0 + (12u - emax0) * kLutLoStep;
+      bhi0 = kLutHi0 + (12u - emax0) * kLutHiStep;
+      blo1 = kLutLo0 + (12u - emax1) * kLutLoStep;
+      bhi1 = kLutHi0 + (12u - emax1) * kLutHiStep;
+      slo0 = kLutLoStep, shi0 = kLutHiStep, slo1 = kLutLoStep, shi1 = kLutHiStep;
+    } else {  // each block relative to its own exponent: u = 12
+      blo0 = blo1 = kLutLo0 + 12u * kLutLoStep;
+      bhi0 = bhi1 = kLutHi0 + 12u * kLutHiStep;
+      slo0 = shi0 = slo1 = shi1 = 0;
+    }
+    const uint32_t words[2][4] = {{q0.x, q0.y, q0.z, q0.w}, {q1.x, q1.y, q1.z, q1.w}};
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      const uint32_t w_r0 = words[ks >> 1][(ks & 1) * 2 + 0];
+      const uint32_t w_r1 = words[ks >> 1][(ks & 1) * 2 + 1];
+      const uint32_t x0 = (gr.e0 >> (8 * ks)) & 0xff, x1 = (gr.e1 >> (8 * ks)) & 0xff;
+      e2m1x8_to_e4m3(w_r0, blo0 + x0 * slo0, bhi0 + x0 * shi0, gr.a[ks][0], gr.a[ks][2]);
+      e2m1x8_to_e4m3(w_r1, blo1 + x1 * slo1, bhi1 + x1 * shi1, gr.a[ks][1], gr.a[ks][3]);
+    }
+    if (gin == G - 1) {
+      if (++ld_stage == S) {
+        ld_stage = 0;
+        ld_phase ^= 1;
+      }
+    }
+  };
+
+  auto act_desc = [&](const GroupRegs& gr) {
+    return sw128_desc(smem_addr(stages + gr.stage * C::kStageBytes + gr.gin * BN * 128));
+  };
+  auto sa_ptr = [&](const GroupRegs& gr) {
+    return reinterpret_cast<const float*>(stages + gr.stage * C::kStageBytes + C::kActBytes) + gr.gin * BN;
+  };
+
+  // acc += tmp * s_row * sa[token]
+  auto promote = [&](const float* sa, float s0, float s1) {
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) {
+      const float2 sc = *reinterpret_cast<const float2*>(sa + 8 * i + 2 * t4);
+      acc[4 * i + 0] = fmaf(tmp[4 * i + 0], s0 * sc.x, acc[4 * i + 0]);
+      acc[4 * i + 1] = fmaf(tmp[4 * i + 1], s0 * sc.y, acc[4 * i + 1]);
+      acc[4 * i + 2] = fmaf(tmp[4 * i + 2], s1 * sc.x, acc[4 * i + 2]);
+      acc[4 * i + 3] = fmaf(tmp[4 * i + 3], s1 * sc.y, acc[4 * i + 3]);
+    }
+  };
+
+  // Issue the group's MMAs. Fast groups: 4 async wgmmas (caller waits and promotes). Wide groups: each
+  // 32-block on its own, waited and promoted here.
+  auto issue_group = [&](const GroupRegs& gr) {
+    const uint64_t desc = act_desc(gr);
+    if (!gr.wide) {
+      fence_operands(tmp);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) wgmma::RsFp8<BN>::mma(tmp, gr.a[ks], desc + uint64_t(2 * ks), ks > 0 ? 1 : 0);
+      wgmma_commit();
+    } else {
+      const float* sa = sa_ptr(gr);
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        fence_operands(tmp);
+        wgmma_fence();
+        wgmma::RsFp8<BN>::mma(tmp, gr.a[ks], desc + uint64_t(2 * ks), 0);
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_operands(tmp);
+        promote(sa, pow2_e8m0_minus6((gr.e0 >> (8 * ks)) & 0xff), pow2_e8m0_minus6((gr.e1 >> (8 * ks)) & 0xff));
+      }
+    }
+  };
+
+  auto finish_group = [&](const GroupRegs& gr) {
+    wgmma_wait_all();
+    fence_operands(tmp);
+    if (!gr.wide) {
+      const uint32_t m0 = __vmaxu4(gr.e0, gr.e0 >> 16), m1 = __vmaxu4(gr.e1, gr.e1 >> 16);
+      const uint32_t emax0 = max(m0 & 0xff, (m0 >> 8) & 0xff), emax1 = max(m1 & 0xff, (m1 >> 8) & 0xff);
+      promote(sa_ptr(gr), pow2_e8m0_minus6(emax0), pow2_e8m0_minus6(emax1));
+    }
+    if (gr.gin == G - 1) {  // the stage's last group: activations, scales and weights all read
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty_bar[rel_stage]);
+      if (++rel_stage == S) rel_stage = 0;
+    }
+  };
+
+  GroupRegs ga, gb;
+  for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
+    while (it >= item_start[e + 1]) ++e;
+    const int ntt = (cnt[e] + BN - 1) / BN;
+    const int local = it - item_start[e];
+    const int nbt = local / ntt, tt = local % ntt;
+    const int nb = nbt * WG + wg;
+    const int m_valid = min(BN, cnt[e] - tt * BN);
+    const uint64_t* flags_row = p.flags + (size_t(e) * (p.N / 64) + nb) * p.flag_words;
+
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+
+    if constexpr (C::kPrefetch) {
+      load_group(0, flags_row, ga);
+      for (int gi = 0; gi < NG; gi += 2) {
+        issue_group(ga);
+        load_group(gi + 1, flags_row, gb);
+        finish_group(ga);
+        issue_group(gb);
+        if (gi + 2 < NG) load_group(gi + 2, flags_row, ga);
+        finish_group(gb);
+      }
+    } else {
+      for (int gi = 0; gi < NG; ++gi) {
+        load_group(gi, flags_row, ga);
+        issue_group(ga);
+        finish_group(ga);
+      }
+    }
+
+    // Epilogue: stage the 64 x BN tile as [token][row] floats, then write whole token rows.
+    named_barrier(1 + wg, 128);
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) {
+      const int c0 = 8 * i + 2 * t4;
+      stage_out[c0 * C::kStagePitch + r0] = acc[4 * i + 0];
+      stage_out[(c0 + 1) * C::kStagePitch + r0] = acc[4 * i + 1];
+      stage_out[c0 * C::kStagePitch + r0 + 8] = acc[4 * i + 2];
+      stage_out[(c0 + 1) * C::kStagePitch + r0 + 8] = acc[4 * i + 3];
+    }
+    named_barrier(1 + wg, 128);
+    const size_t row_base = size_t(row_start[e]) + size_t(tt) * BN;
+    const int col0 = nb * 64;
+    if (p.out_f32) {
+      // 16 threads x 4 floats per token row, 8 token rows per pass.
+      for (int tok = tid / 16; tok < m_valid; tok += 8) {
+        const int c = (tid % 16) * 4;
+        const float4 v = *reinterpret_cast<const float4*>(stage_out + tok * C::kStagePitch + c);
+        *reinterpret_cast<float4*>(static_cast<float*>(p.y) + (row_base + tok) * p.N + col0 + c) = v;
+      }
+    } else {
+      // 8 threads x 8 bf16 per token row, 16 token rows per pass.
+      for (int tok = tid / 8; tok < m_valid; tok += 16) {
+        const int c = (tid % 8) * 8;
+        const float4 v0 = *reinterpret_cast<const float4*>(stage_out + tok * C::kStagePitch + c);
+        const float4 v1 = *reinterpret_cast<const float4*>(stage_out + tok * C::kStagePitch + c + 4);
+        __nv_bfloat162 b[4] = {__floats2bfloat162_rn(v0.x, v0.y), __floats2bfloat162_rn(v0.z, v0.w),
+                               __floats2bfloat162_rn(v1.x, v1.y), __floats2bfloat162_rn(v1.z, v1.w)};
+        uint4 packed;
+        std::memcpy(&packed, b, 16);
+        *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + (row_base + tok) * p.N + col0 + c) = packed;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Host side
+// ---------------------------------------------------------------------------------------------------------
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_fn() {
+  static EncodeTiled fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      return EncodeTiled(nullptr);
+    return reinterpret_cast<EncodeTiled>(ptr);
+  }();
+  return fn;
+}
+
+bool make_maps(const MoeW4A8Input& in, int K, int bn, int g, CUtensorMap* ma, CUtensorMap* msa) {
+  EncodeTiled enc = encode_fn();
+  if (!enc) return false;
+  {
+    cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(in.rows)};
+    cuuint64_t strides[1] = {cuuint64_t(K)};
+    cuuint32_t box[2] = {128, cuuint32_t(bn)};
+    cuuint32_t estr[2] = {1, 1};
+    if (enc(ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(in.a), dims, strides, box, estr,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return false;
+  }
+  {
+    cuuint64_t dims[2] = {cuuint64_t(in.sa_ld), cuuint64_t(K / 128)};
+    cuuint64_t strides[1] = {cuuint64_t(in.sa_ld) * 4};
+    cuuint32_t box[2] = {cuuint32_t(bn), cuuint32_t(g)};
+    cuuint32_t estr[2] = {1, 1};
+    if (enc(msa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(in.sa), dims, strides, box, estr,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return false;
+  }
+  return true;
+}
+
+struct Launcher {
+  MoeW4A8Config info;
+  cudaError_t (*launch)(const Params&, const MoeW4A8Input&, cudaStream_t);
+};
+
+template <class C>
+cudaError_t launch_cfg(const Params& p, const MoeW4A8Input& in, cudaStream_t stream) {
+  static int grid = 0;
+  static std::once_flag once;
+  static cudaError_t setup_err = cudaSuccess;
+  std::call_once(once, [] {
+    setup_err = cudaFuncSetAttribute(moe_w4a8_gemm_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     C::kSmemBytes);
+    if (setup_err != cudaSuccess) return;
+    int dev = 0, sms = 0, per_sm = 0;
+    setup_err = cudaGetDevice(&dev);
+    if (setup_err == cudaSuccess) setup_err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (setup_err == cudaSuccess)
+      setup_err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_w4a8_gemm_kernel<C>, C::kThreads,
+                                                                C::kSmemBytes);
+    if (setup_err == cudaSuccess && per_sm < 1) setup_err = cudaErrorInvalidConfiguration;
+    grid = sms * per_sm;
+  });
+  if (setup_err != cudaSuccess) return setup_err;
+  CUtensorMap ma, msa;
+  if (!make_maps(in, p.K, C::BN, C::G, &ma, &msa)) return cudaErrorInvalidValue;
+  moe_w4a8_gemm_kernel<C><<<grid, C::kThreads, C::kSmemBytes, stream>>>(ma, msa, p);
+  return cudaGetLastError();
+}
+
+template <class C>
+constexpr Launcher make_launcher(const char* name) {
+  return Launcher{{C::BN, C::WG, C::G, C::S, C::MINB, name}, &launch_cfg<C>};
+}
+
+// The tuning space. Small-token configs use one consumer warpgroup and several CTAs per SM (finer work items
+// for decode); large ones two warpgroups sharing the token tile.
+const Launcher kLaunchers[] = {
+    make_launcher<Cfg<8, 1, 2, 5, 3>>("bn8_wg1_g2_s5"),    make_launcher<Cfg<16, 1, 2, 4, 3>>("bn16_wg1_g2_s4"),
+    make_launcher<Cfg<32, 1, 2, 5, 2>>("bn32_wg1_g2_s5"),  make_launcher<Cfg<16, 2, 2, 8, 1>>("bn16_wg2_g2_s8"),
+    make_launcher<Cfg<32, 2, 2, 7, 1>>("bn32_wg2_g2_s7"),  make_launcher<Cfg<64, 2, 1, 8, 1>>("bn64_wg2_g1_s8"),
+    make_launcher<Cfg<128, 2, 1, 6, 1>>("bn128_wg2_g1_s6"),
+};
+constexpr int kNumConfigs = int(sizeof(kLaunchers) / sizeof(kLaunchers[0]));
+
+cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts, int cap, void* y,
+                     MoeOutType out, int expected_m, int config, cudaStream_t stream) {
+  if (w.E <= 0 || w.E > kMaxExperts || w.N % 128 != 0 || w.K % 256 != 0 || !w.packed || !w.wide_flags ||
+      !in.a || !in.sa || !counts || !y || in.rows <= 0 || in.sa_ld < in.rows || in.sa_ld % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(in.a) % 16 != 0 || reinterpret_cast<uintptr_t>(in.sa) % 16 != 0)
+    return cudaErrorInvalidValue;
+  if (config < 0) config = moe_w4a8_pick_config(w.E, w.N, w.K, expected_m);
+  if (config < 0 || config >= kNumConfigs) return cudaErrorInvalidValue;
+  const Launcher& l = kLaunchers[config];
+  if ((w.K / 128) % l.info.groups_per_stage != 0) return cudaErrorInvalidValue;
+  Params p{};
+  p.w = w.packed;
+  p.flags = w.wide_flags;
+  p.counts = counts;
+  p.y = y;
+  p.expert_bytes = pack::moe_w4a8_packed_expert_bytes(w.N, w.K);
+  p.E = w.E;
+  p.N = w.N;
+  p.K = w.K;
+  p.cap = cap;
+  p.flag_words = pack::moe_w4a8_flag_words(w.K);
+  p.out_f32 = out == MoeOutType::F32 ? 1 : 0;
+  return l.launch(p, in, stream);
+}
+
+}  // namespace
+
+int moe_w4a8_config_count() { return kNumConfigs; }
+const MoeW4A8Config& moe_w4a8_config(int id) { return kLaunchers[id].info; }
+
+cudaError_t moe_grouped_gemm_w4a8_contiguous(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
+                                             void* y, MoeOutType out, int expected_m, int config,
+                                             cudaStream_t stream) {
+  return run_gemm(w, in, counts, 0, y, out, expected_m, config, stream);
+}
+
+cudaError_t moe_grouped_gemm_w4a8_masked(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
+                                         int cap, void* y, MoeOutType out, int expected_m, int config,
+                                         cudaStream_t stream) {
+  if (cap <= 0 || int64_t(cap) * w.E > in.rows) return cudaErrorInvalidValue;
+  return run_gemm(w, in, counts, cap, y, out, expected_m, config, stream);
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,251 @@
+// MoE glue around the W4A8 grouped GEMM: routing -> grouped rows, gather + FP8 quantization, SwiGLU with
+// clamp fused with W2's FP8 quantization, and the top-k combine. Semantics: kernels/cpu/moe_w4a8.h.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/moe_w4a8.h"
+
+namespace moeserve::cuda {
+
+namespace {
+
+constexpr int kRouteChunk = 1024;  // slots per block in the routing kernels
+constexpr int kMaxE = 512;
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+
+// DeepSeek act_quant scale: amax floored at 1e-4, amax / 448 in fp32, rounded up to a power of two by its bits.
+__device__ __forceinline__ float act_scale(float amax) {
+  amax = fmaxf(amax, 1e-4f);
+  const uint32_t bits = __float_as_uint(amax / 448.0f);
+  const int exponent = int((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0 ? 1 : 0);
+  return __uint_as_float(uint32_t(exponent + 127) << 23);
+}
+
+__device__ __forceinline__ uint8_t to_e4m3(float x) {
+  return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+
+// Quantizes 8 values per thread; 16 consecutive threads own one 128-channel group (aligned inside a warp).
+__device__ __forceinline__ void quant8_store(const float (&v)[8], uint8_t* q, float* scale_slot, bool leader,
+                                             bool active) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+  for (int off = 8; off >= 1; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const float s = act_scale(amax);
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    lo |= uint32_t(to_e4m3(v[i] / s)) << (8 * i);
+    hi |= uint32_t(to_e4m3(v[4 + i] / s)) << (8 * i);
+  }
+  if (!active) return;
+  *reinterpret_cast<uint2*>(q) = make_uint2(lo, hi);
+  if (leader) *scale_slot = s;
+}
+
+// ---- routing ----
+__global__ void route_hist_kernel(const int* topk_ids, int S, int E, int* hist) {
+  __shared__ int h[kMaxE];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) h[e] = 0;
+  __syncthreads();
+  const int s0 = blockIdx.x * kRouteChunk;
+  for (int s = s0 + threadIdx.x; s < min(S, s0 + kRouteChunk); s += blockDim.x) atomicAdd(&h[topk_ids[s]], 1);
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) hist[size_t(blockIdx.x) * E + e] = h[e];
+}
+
+// One block of kMaxE threads: per-expert totals, block bases, counts and expert row starts.
+__global__ void route_scan_kernel(int* hist, int nblk, int E, int cap, int* counts, int* start) {
+  __shared__ int tot[kMaxE];
+  const int e = threadIdx.x;
+  int total = 0;
+  if (e < E) {
+    for (int b = 0; b < nblk; ++b) {
+      const int v = hist[size_t(b) * E + e];
+      hist[size_t(b) * E + e] = total;  // exclusive base of block b within expert e
+      total += v;
+    }
+    counts[e] = cap > 0 ? min(total, cap) : total;
+  }
+  tot[e] = e < E ? total : 0;
+  __syncthreads();
+  if (e == 0) {
+    int run = 0;
+    for (int i = 0; i < E; ++i) {
+      const int t = tot[i];
+      tot[i] = run;
+      run += t;
+    }
+  }
+  __syncthreads();
+  if (e < E) start[e] = cap > 0 ? e * cap : tot[e];
+}
+
+// One warp per chunk, slots in order: stable rank inside the chunk by match_any.
+__global__ void route_place_kernel(const int* topk_ids, int S, int E, int cap, const int* hist, const int* start,
+                                   int* row_of_slot, int* slot_of_row) {
+  __shared__ int seen[kMaxE];
+  const int lane = threadIdx.x;
+  for (int e = lane; e < E; e += 32) seen[e] = 0;
+  __syncwarp();
+  const int s0 = blockIdx.x * kRouteChunk;
+  const int s1 = min(S, s0 + kRouteChunk);
+  for (int base = s0; base < s1; base += 32) {
+    const int s = base + lane;
+    const bool valid = s < s1;
+    const int e = valid ? topk_ids[s] : -1 - lane;  // distinct dummies never match real experts
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const int rank_in_warp = __popc(peers & ((1u << lane) - 1));
+    int before = 0;
+    if (valid) before = seen[e];
+    __syncwarp();
+    if (valid) {
+      const int rank = hist[size_t(blockIdx.x) * E + e] + before + rank_in_warp;
+      if (cap > 0 && rank >= cap) {
+        row_of_slot[s] = -1;
+      } else {
+        const int row = start[e] + rank;
+        row_of_slot[s] = row;
+        slot_of_row[row] = s;
+      }
+      if (rank_in_warp == 0) seen[e] = before + __popc(peers);
+    }
+    __syncwarp();
+  }
+}
+
+// ---- gather + quantize (one block per grouped row, 8 channels per thread) ----
+__global__ void gather_quant_kernel(const uint16_t* x, int D, const int* slot_of_row, int topk, uint8_t* a,
+                                    float* sa, int sa_ld) {
+  const int row = blockIdx.x;
+  const int slot = slot_of_row[row];
+  if (slot < 0) return;
+  const int c = threadIdx.x * 8;
+  const bool active = c < D;  // the block is rounded up to whole warps for the shuffles
+  const uint4 raw = active ? *reinterpret_cast<const uint4*>(x + size_t(slot / topk) * D + c) : make_uint4(0, 0, 0, 0);
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  float v[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = bf16_bits_to_f32(uint16_t(w[i] & 0xffff));
+    v[2 * i + 1] = bf16_bits_to_f32(uint16_t(w[i] >> 16));
+  }
+  quant8_store(v, a + size_t(row) * D + c, sa + size_t(c / 128) * sa_ld + row, (threadIdx.x % 16) == 0, active);
+}
+
+// ---- SwiGLU(clamp) * routing weight -> FP8 (one block per grouped row, 8 channels per thread) ----
+__global__ void swiglu_quant_kernel(const uint16_t* h, int I, const int* slot_of_row, const float* weights,
+                                    float limit, int round_bf16, uint8_t* a2, float* sa2, int sa_ld) {
+  const int row = blockIdx.x;
+  const int slot = slot_of_row[row];
+  if (slot < 0) return;
+  const int c = threadIdx.x * 8;
+  const bool active = c < I;
+  const uint16_t* hr = h + size_t(row) * 2 * I;
+  const uint4 graw = active ? *reinterpret_cast<const uint4*>(hr + c) : make_uint4(0, 0, 0, 0);
+  const uint4 uraw = active ? *reinterpret_cast<const uint4*>(hr + I + c) : make_uint4(0, 0, 0, 0);
+  const uint32_t gw[4] = {graw.x, graw.y, graw.z, graw.w};
+  const uint32_t uw[4] = {uraw.x, uraw.y, uraw.z, uraw.w};
+  const float rw = weights[slot];
+  float v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t gb = (i & 1) ? (gw[i / 2] >> 16) : (gw[i / 2] & 0xffff);
+    const uint32_t ub = (i & 1) ? (uw[i / 2] >> 16) : (uw[i / 2] & 0xffff);
+    const float g = fminf(bf16_bits_to_f32(uint16_t(gb)), limit);
+    const float u = fminf(fmaxf(bf16_bits_to_f32(uint16_t(ub)), -limit), limit);
+    float xv = g / (1.0f + expf(-g)) * u;
+    xv = rw * xv;
+    v[i] = round_bf16 ? __bfloat162float(__float2bfloat16_rn(xv)) : xv;
+  }
+  quant8_store(v, a2 + size_t(row) * I + c, sa2 + size_t(c / 128) * sa_ld + row, (threadIdx.x % 16) == 0, active);
+}
+
+// ---- combine (one block per token, 8 channels per thread) ----
+__global__ void combine_kernel(const uint16_t* y2, int D, const int* row_of_slot, const int* topk_ids, int topk,
+                               float* out) {
+  const int t = blockIdx.x;
+  int ids[8], rows[8];
+  for (int j = 0; j < topk; ++j) {
+    ids[j] = topk_ids[size_t(t) * topk + j];
+    rows[j] = row_of_slot[size_t(t) * topk + j];
+  }
+  for (int j = 1; j < topk; ++j)  // stable insertion sort by expert id
+    for (int i = j; i > 0 && ids[i - 1] > ids[i]; --i) {
+      int ti = ids[i];
+      ids[i] = ids[i - 1];
+      ids[i - 1] = ti;
+      int tr = rows[i];
+      rows[i] = rows[i - 1];
+      rows[i - 1] = tr;
+    }
+  const int c = threadIdx.x * 8;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int j = 0; j < topk; ++j) {
+    if (rows[j] < 0) continue;
+    const uint4 raw = *reinterpret_cast<const uint4*>(y2 + size_t(rows[j]) * D + c);
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      acc[2 * i] += bf16_bits_to_f32(uint16_t(w[i] & 0xffff));
+      acc[2 * i + 1] += bf16_bits_to_f32(uint16_t(w[i] >> 16));
+    }
+  }
+  float* o = out + size_t(t) * D + c;
+  *reinterpret_cast<float4*>(o) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  *reinterpret_cast<float4*>(o + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+}
+
+}  // namespace
+
+size_t moe_route_rows_workspace(int T, int topk, int E) {
+  const size_t nblk = (size_t(T) * topk + kRouteChunk - 1) / kRouteChunk;
+  return (nblk * size_t(E) + size_t(E)) * sizeof(int);
+}
+
+cudaError_t moe_route_rows(const int* topk_ids, int T, int topk, int E, int cap, int* counts, int* row_of_slot,
+                           int* slot_of_row, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const int S = T * topk;
+  if (T <= 0 || topk <= 0 || E <= 0 || E > kMaxE || workspace_bytes < moe_route_rows_workspace(T, topk, E))
+    return cudaErrorInvalidValue;
+  const int nblk = (S + kRouteChunk - 1) / kRouteChunk;
+  int* hist = static_cast<int*>(workspace);
+  int* start = hist + size_t(nblk) * E;
+  const size_t rows = cap > 0 ? size_t(E) * cap : size_t(S);
+  cudaError_t err = cudaMemsetAsync(slot_of_row, 0xff, rows * sizeof(int), stream);
+  if (err != cudaSuccess) return err;
+  route_hist_kernel<<<nblk, 256, 0, stream>>>(topk_ids, S, E, hist);
+  route_scan_kernel<<<1, kMaxE, 0, stream>>>(hist, nblk, E, cap, counts, start);
+  route_place_kernel<<<nblk, 32, 0, stream>>>(topk_ids, S, E, cap, hist, start, row_of_slot, slot_of_row);
+  return cudaGetLastError();
+}
+
+cudaError_t moe_gather_quant(const uint16_t* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a,
+                             float* sa, int sa_ld, cudaStream_t stream) {
+  if (D % 128 != 0 || D / 8 > 1024 || rows <= 0) return cudaErrorInvalidValue;
+  gather_quant_kernel<<<rows, (D / 8 + 31) / 32 * 32, 0, stream>>>(x, D, slot_of_row, topk, a, sa, sa_ld);
+  return cudaGetLastError();
+}
+
+cudaError_t moe_swiglu_quant(const uint16_t* h, int I, const int* slot_of_row, int rows, const float* weights,
+                             float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream) {
+  if (I % 128 != 0 || I / 8 > 1024 || rows <= 0) return cudaErrorInvalidValue;
+  swiglu_quant_kernel<<<rows, (I / 8 + 31) / 32 * 32, 0, stream>>>(h, I, slot_of_row, weights, limit, round_bf16 ? 1 : 0, a2, sa2,
+                                                  sa_ld);
+  return cudaGetLastError();
+}
+
+cudaError_t moe_combine(const uint16_t* y2, int D, const int* row_of_slot, const int* topk_ids, int T, int topk,
+                        float* out, cudaStream_t stream) {
+  if (D % 8 != 0 || D / 8 > 1024 || topk > 8 || T <= 0) return cudaErrorInvalidValue;
+  combine_kernel<<<T, D / 8, 0, stream>>>(y2, D, row_of_slot, topk_ids, topk, out);
+  return cudaGetLastError();
+}
+
+}  // namespace moeserve::cuda
