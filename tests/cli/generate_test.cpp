@@ -1,37 +1,16 @@
 // `moeserve generate` per the CLI contract: one JSON object with output_ids; --dump-logits; clean failures.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
 #include "model/fixture.h"
-#include "temp_dir.h"
-#include "test_paths.h"
+#include "run_command.h"
 
 namespace moeserve {
 namespace {
 
-struct Run {
-  int status = 0;
-  std::string out, err;
-};
-
-Run run(const std::string& args) {
-  testing::TempDir dir;
-  std::string cmd = testing::binary() + " " + args + " >" + dir.file("out") + " 2>" + dir.file("err");
-  Run r;
-  r.status = std::system(cmd.c_str());
-  auto slurp = [](const std::string& path) {
-    std::ifstream in(path);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  r.out = slurp(dir.file("out"));
-  r.err = slurp(dir.file("err"));
-  return r;
-}
+using testing::run_moeserve;
 
 std::string join(const std::vector<int32_t>& ids) {
   std::string s;
@@ -44,7 +23,7 @@ TEST(GenerateCli, GreedyMatchesOracleAndDumpsLogits) {
   std::vector<int32_t> prompt(oracle.ids.begin(), oracle.ids.begin() + oracle.prompt_len);
   const int64_t n = int64_t(oracle.ids.size()) - oracle.prompt_len;
   testing::TempDir dir;
-  Run r = run("generate --model " + testing::model_fixture("tiny_yarn") + " --prompt-ids " + join(prompt) +
+  auto r = run_moeserve("generate --model " + testing::model_fixture("tiny_yarn") + " --prompt-ids " + join(prompt) +
               " --max-new-tokens " + std::to_string(n) + " --temperature 0 --ignore-eos --dump-logits " +
               dir.file("logits.safetensors"));
   ASSERT_EQ(r.status, 0) << r.err;
@@ -58,23 +37,23 @@ TEST(GenerateCli, GreedyMatchesOracleAndDumpsLogits) {
 }
 
 TEST(GenerateCli, PromptIdsOutsideTheVocabulary) {
-  Run r = run("generate --model " + testing::model_fixture("tiny_hf") + " --prompt-ids 1,2,320 --max-new-tokens 2");
+  auto r = run_moeserve("generate --model " + testing::model_fixture("tiny_hf") + " --prompt-ids 1,2,320 --max-new-tokens 2");
   EXPECT_NE(r.status, 0);
   EXPECT_TRUE(r.out.empty()) << "partial output: " << r.out;
   EXPECT_NE(r.err.find("id 320 at index 2 is outside the vocabulary [0, 320)"), std::string::npos) << r.err;
-  r = run("generate --model " + testing::model_fixture("tiny_hf") + " --prompt-ids 1,x --max-new-tokens 2");
+  r = run_moeserve("generate --model " + testing::model_fixture("tiny_hf") + " --prompt-ids 1,x --max-new-tokens 2");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("--prompt-ids: 'x' is not a token id"), std::string::npos) << r.err;
 }
 
 TEST(GenerateCli, BadModelDirectory) {
   testing::TempDir dir;
-  Run r = run("generate --model " + dir.path().string() + " --prompt-ids 1 --max-new-tokens 1");
+  auto r = run_moeserve("generate --model " + dir.path().string() + " --prompt-ids 1 --max-new-tokens 1");
   EXPECT_NE(r.status, 0);
   EXPECT_TRUE(r.out.empty());
   EXPECT_NE(r.err.find("config.json: cannot open config"), std::string::npos) << r.err;
   std::ofstream(dir.file("config.json")) << "{\"model_type\": \"deepseek_v4\"}";
-  r = run("generate --model " + dir.path().string() + " --prompt-ids 1 --max-new-tokens 1");
+  r = run_moeserve("generate --model " + dir.path().string() + " --prompt-ids 1 --max-new-tokens 1");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("missing config field 'vocab_size'"), std::string::npos) << r.err;
 }
