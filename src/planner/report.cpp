@@ -38,8 +38,10 @@ std::string stage_text(const StageMap& m) {
 struct Table {
   std::string out;
   void line(const std::string& label, int64_t bytes, const std::string& note = "") {
-    out += fmt::format("  {:<44} {:>18} {:>10.2f}  {}\n", label, format_count(bytes), double(bytes) / double(1LL << 30),
-                       note);
+    std::string row = fmt::format("  {:<44} {:>18} {:>10.2f}  {}", label, format_count(bytes),
+                                  double(bytes) / double(1LL << 30), note);
+    row.erase(row.find_last_not_of(' ') + 1);
+    out += row + "\n";
   }
 };
 
