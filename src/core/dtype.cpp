@@ -15,6 +15,7 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::F32, "F32", 4},         {DType::F16, "F16", 2},         {DType::BF16, "BF16", 2},
     {DType::F8_E4M3, "F8_E4M3", 1}, {DType::F8_E8M0, "F8_E8M0", 1}, {DType::I8, "I8", 1},
     {DType::U8, "U8", 1},           {DType::I32, "I32", 4},         {DType::I64, "I64", 8},
+    {DType::F64, "F64", 8},
 };
 }  // namespace
 

@@ -9,7 +9,7 @@
 
 namespace moeserve {
 
-enum class DType : uint8_t { F32, F16, BF16, F8_E4M3, F8_E8M0, I8, U8, I32, I64 };
+enum class DType : uint8_t { F32, F16, BF16, F8_E4M3, F8_E8M0, I8, U8, I32, I64, F64 };
 
 std::string_view dtype_name(DType dtype);             // safetensors spelling: "BF16", "F8_E4M3", ...
 bool dtype_from_name(std::string_view name, DType* out);

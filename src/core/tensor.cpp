@@ -73,6 +73,7 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
 float element_to_f32(DType dtype, const void* base, int64_t i) {
   switch (dtype) {
     case DType::F32: return static_cast<const float*>(base)[i];
+    case DType::F64: return float(static_cast<const double*>(base)[i]);
     case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
     case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
     case DType::F8_E4M3: return fp8_e4m3_to_f32(static_cast<const uint8_t*>(base)[i]);

@@ -85,7 +85,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     check(value["dtype"].is_string(), "{}: tensor '{}': dtype must be a string", path, name);
     std::string dtype = value["dtype"].get<std::string>();
     check(dtype_from_name(dtype, &entry.dtype),
-          "{}: tensor '{}' has unknown dtype '{}' (expected one of F32, F16, BF16, F8_E4M3, F8_E8M0, I8, U8, I32, I64)",
+          "{}: tensor '{}' has unknown dtype '{}' (expected one of F64, F32, F16, BF16, F8_E4M3, F8_E8M0, I8, U8, I32, I64)",
           path, name, dtype);
     check(value["shape"].is_array(), "{}: tensor '{}': shape must be an array", path, name);
     for (const auto& d : value["shape"]) {
