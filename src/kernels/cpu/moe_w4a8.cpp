@@ -7,16 +7,11 @@
 
 #include "core/dtype.h"
 #include "core/threads.h"
+#include "kernels/cpu/quant.h"
 
 namespace moeserve::kernels::cpu {
 
-float act_quant_scale(float amax) {
-  amax = std::max(amax, 1e-4f);
-  float s = amax / 448.0f;  // fp32 division, then rounded up to a power of two by its bits (official fast_log2_ceil)
-  uint32_t bits = f32_to_bits(s);
-  int exponent = int((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0 ? 1 : 0);
-  return bits_to_f32(uint32_t(exponent + 127) << 23);
-}
+float act_quant_scale(float amax) { return fp8_pow2_scale(amax); }
 
 void act_quant_fp8(const float* x, int n, uint8_t* q, float* scales, int scale_stride) {
   for (int g = 0; g < n / 128; ++g) {

@@ -13,8 +13,8 @@
 //
 // Activations: FP8 e4m3 [rows][K] with one fp32 scale per (row, 128 channels), stored group-major:
 //   sa[(k / 128) * sa_ld + row] (sa_ld >= rows, a multiple of 4: the layout the GPU GEMM loads with TMA).
-// Scales are powers of two (DeepSeek act_quant with scale_fmt=ue8m0): s = 2^ceil(log2(amax / 448)) with
-// amax floored at 1e-4 and amax/448 computed in fp32, q = e4m3(x / s).
+// Scales are powers of two (DeepSeek act_quant with scale_fmt=ue8m0, kernels/cpu/quant.h fp8_pow2_scale):
+// s = 2^ceil(log2(max(amax, 1e-4) * fp32(1/448))) from the exponent bits, q = e4m3(clamp(x / s, +-448)).
 #include <cstddef>
 #include <cstdint>
 

@@ -17,10 +17,11 @@ constexpr int kMaxE = 512;
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
 
-// DeepSeek act_quant scale: amax floored at 1e-4, amax / 448 in fp32, rounded up to a power of two by its bits.
+// DeepSeek act_quant scale (kernels/cpu/quant.h fp8_pow2_scale): amax floored at 1e-4, times the fp32
+// reciprocal of 448, rounded up to a power of two by its exponent bits.
 __device__ __forceinline__ float act_scale(float amax) {
   amax = fmaxf(amax, 1e-4f);
-  const uint32_t bits = __float_as_uint(amax / 448.0f);
+  const uint32_t bits = __float_as_uint(__fmul_rn(amax, 1.0f / 448.0f));
   const int exponent = int((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0 ? 1 : 0);
   return __uint_as_float(uint32_t(exponent + 127) << 23);
 }

@@ -1,0 +1,524 @@
+// W4A8 MoE kernels on the GPU against the CPU reference (kernels/cpu/moe_w4a8.h), fresh random inputs each run
+// (seed printed; MOESERVE_TEST_SEED=... repeats one), every output element checked, outputs poisoned with NaN.
+//
+// GEMM tolerance, derived per element, from where the two sides round (not loosened to pass):
+//  - GPU: Hopper's FP8 wgmma adds the 32 products of a k32 step and the incoming accumulator in one fused
+//    node: every term is aligned to the largest exponent and truncated to 13 fractional bits, and the result
+//    is truncated to 14 significant bits (MMA-Sim, arXiv:2511.10909; DeepSeek-V3 report 3.3.2 on Hopper's
+//    ~14-bit FP8 accumulation). So a step adds at most 33 * 2^-13 * max(|acc|, max|product|) + 2^-13 * |result|.
+//    Each 128-k group is then promoted into fp32 with one FMA (2^-24 * |running sum|). The products themselves
+//    are exact: the kernel's e4m3 weights are the MXFP4 values times powers of two, represented exactly.
+//  - CPU reference: sequential fp32 sum over k of exact products: at most 2^-24 * sum_k |partial sum|.
+//  - bf16 output: plus the bf16 rounding, 2^-8 relative.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/threads.h"
+#include "kernels/cpu/moe_w4a8.h"
+#include "kernels/cpu/moe_w4a8_pack.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/moe_w4a8.h"
+
+namespace moeserve {
+namespace {
+
+namespace ref = kernels::cpu;
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda::available()) GTEST_SKIP() << "no GPU: " << cuda::device_info().reason
+
+unsigned test_seed(const char* what) {
+  unsigned seed;
+  if (const char* env = std::getenv("MOESERVE_TEST_SEED"))
+    seed = unsigned(std::strtoul(env, nullptr, 10));
+  else
+    seed = std::random_device{}();
+  std::printf("[seed] %s: %u (MOESERVE_TEST_SEED=%u repeats it)\n", what, seed, seed);
+  return seed;
+}
+
+template <class T>
+struct DevBuf {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit DevBuf(size_t count) : n(count) { MOESERVE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T))); }
+  DevBuf(const std::vector<T>& h) : DevBuf(h.size()) { upload(h); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  void upload(const std::vector<T>& h) {
+    MOESERVE_CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> h(n);
+    MOESERVE_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+  void poison() { MOESERVE_CUDA_CHECK(cudaMemset(p, 0xff, n * sizeof(T))); }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Random experts and activations
+// ---------------------------------------------------------------------------------------------------------
+struct Experts {
+  int E, N, K;
+  std::vector<uint8_t> w, sw;       // checkpoint layout
+  std::vector<uint8_t> packed;      // moe_w4a8 layout
+  std::vector<uint64_t> flags;
+  int64_t wide_groups = 0;
+  bool wide(int e, int n, int g) const {
+    const int fw = ref::moe_w4a8_flag_words(K);
+    return (flags[(size_t(e) * (N / 64) + n / 64) * fw + g / 64] >> (g % 64)) & 1;
+  }
+};
+
+// Per-32 exponents scattered +-2 around a per-row base (fast path); about 1/64 of the blocks all zero with a
+// meaningless tiny scale; with wide_fraction, that share of (row, group)s gets a block 12..21 exponents below.
+Experts make_experts(std::mt19937& rng, int E, int N, int K, double wide_fraction) {
+  Experts x{E, N, K, {}, {}, {}, {}, 0};
+  x.w.resize(size_t(E) * N * K / 2);
+  x.sw.resize(size_t(E) * N * K / 32);
+  for (auto& b : x.w) b = uint8_t(rng());
+  std::uniform_real_distribution<double> u01(0, 1);
+  for (int64_t row = 0; row < int64_t(E) * N; ++row) {
+    const int base = 116 + int(rng() % 8);
+    uint8_t* s = x.sw.data() + row * (K / 32);
+    uint8_t* wr = x.w.data() + row * (K / 2);
+    for (int b = 0; b < K / 32; ++b) {
+      s[b] = uint8_t(base + int(rng() % 5) - 2);
+      if (rng() % 64 == 0) {
+        for (int k = 0; k < 16; ++k) wr[b * 16 + k] &= 0x88;  // magnitudes zero, signs random
+        s[b] = uint8_t(rng() % 60);
+      }
+    }
+    if (wide_fraction > 0)
+      for (int g = 0; g < K / 128; ++g)
+        if (u01(rng) < wide_fraction) {
+          uint8_t& e = s[4 * g + rng() % 4];
+          e = uint8_t(std::max(1, int(e) - 12 - int(rng() % 10)));
+        }
+  }
+  const size_t pb = ref::moe_w4a8_packed_expert_bytes(N, K), fw = ref::moe_w4a8_flag_expert_words(N, K);
+  x.packed.resize(pb * E);
+  x.flags.resize(fw * E);
+  for (int e = 0; e < E; ++e)
+    x.wide_groups += ref::moe_w4a8_pack_expert(x.w.data() + size_t(e) * N * K / 2, x.sw.data() + size_t(e) * N * K / 32, N,
+                                               K, x.packed.data() + pb * e, x.flags.data() + fw * e);
+  return x;
+}
+
+// FP8 rows as act_quant makes them: each row with its own magnitude and a few outlier channels.
+void quantize_rows(std::mt19937& rng, int rows, int K, std::vector<uint8_t>& a, std::vector<float>& sa, int sa_ld,
+                   const std::vector<char>& live) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(K), s(K / 128);
+  std::vector<uint8_t> q(K);
+  for (int r = 0; r < rows; ++r) {
+    if (!live[r]) {  // rows no expert owns: NaN bytes and NaN scales, which must not leak into any output
+      std::fill(a.begin() + size_t(r) * K, a.begin() + size_t(r + 1) * K, uint8_t(0x7f));
+      for (int g = 0; g < K / 128; ++g) sa[size_t(g) * sa_ld + r] = NAN;
+      continue;
+    }
+    const float mag = std::ldexp(1.0f, int(rng() % 12) - 6);
+    for (int k = 0; k < K; ++k) x[k] = nd(rng) * mag * (rng() % 97 == 0 ? 30.0f : 1.0f);
+    ref::act_quant_fp8(x.data(), K, q.data(), s.data(), 1);
+    std::copy(q.begin(), q.end(), a.begin() + size_t(r) * K);
+    for (int g = 0; g < K / 128; ++g) sa[size_t(g) * sa_ld + r] = s[g];
+  }
+}
+
+// Exact value (double) and the tolerance of GPU-vs-reference for one output element; see the file comment.
+struct Bound {
+  double exact, tol;
+};
+
+std::vector<Bound> gemm_bounds(const Experts& x, const std::vector<uint8_t>& a, const std::vector<float>& sa, int sa_ld,
+                               const std::vector<int>& counts, int cap, int rows, bool bf16_out) {
+  const int N = x.N, K = x.K;
+  std::vector<Bound> out(size_t(rows) * N, Bound{0, 0});
+  int64_t run = 0;
+  std::vector<float> as, ws;
+  for (int e = 0; e < x.E; ++e) {
+    const int m_count = cap > 0 ? std::min(counts[e], cap) : counts[e];
+    const int64_t start = cap > 0 ? int64_t(e) * cap : run;
+    run += counts[e];
+    if (m_count == 0) continue;
+    as.assign(size_t(m_count) * K, 0);
+    for (int m = 0; m < m_count; ++m)
+      for (int k = 0; k < K; ++k)
+        as[size_t(m) * K + k] = fp8_e4m3_to_f32(a[(start + m) * K + k]) * sa[size_t(k / 128) * sa_ld + start + m];
+    ws.assign(size_t(N) * K, 0);
+    parallel_for(N, 64, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n)
+        for (int k = 0; k < K; ++k) {
+          uint8_t nib = (x.w[(size_t(e) * N + n) * (K / 2) + k / 2] >> ((k & 1) * 4)) & 0xf;
+          ws[size_t(n) * K + k] = fp4_e2m1_to_f32(nib) * e8m0_to_f32(x.sw[(size_t(e) * N + n) * (K / 32) + k / 32]);
+        }
+    });
+    const double t13 = std::ldexp(1.0, -13), u24 = std::ldexp(1.0, -24), u8 = std::ldexp(1.0, -8);
+    parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) {
+        const float* wr = ws.data() + size_t(n) * K;
+        for (int m = 0; m < m_count; ++m) {
+          const float* ar = as.data() + size_t(m) * K;
+          double main = 0, gpu_err = 0, ref_abs = 0;
+          for (int g = 0; g < K / 128; ++g) {
+            const bool wide = x.wide(e, int(n), g);
+            double c = 0, err_g = 0;
+            for (int ks = 0; ks < 4; ++ks) {
+              double maxp = 0, step = 0;
+              for (int k = g * 128 + ks * 32; k < g * 128 + ks * 32 + 32; ++k) {
+                const double p = double(ar[k]) * double(wr[k]);  // exact
+                maxp = std::max(maxp, std::fabs(p));
+                step += p;
+                ref_abs += std::fabs(main + c + step);
+              }
+              if (!wide) {
+                const double M = std::max(std::fabs(c) + err_g, maxp);
+                err_g += 33 * t13 * M;
+                c += step;
+                err_g += t13 * (std::fabs(c) + err_g);
+              } else {
+                double es = 32 * t13 * maxp;
+                es += t13 * (std::fabs(step) + es);
+                main += step;
+                gpu_err += es + u24 * (std::fabs(main) + gpu_err + es);
+              }
+            }
+            if (!wide) {
+              main += c;
+              gpu_err += err_g + u24 * (std::fabs(main) + gpu_err + err_g);
+            }
+          }
+          double tol = gpu_err + 1.0001 * u24 * ref_abs + 1e-30;
+          if (bf16_out) tol += u8 * (std::fabs(main) + tol);
+          out[size_t(start + m) * N + n] = Bound{main, tol};
+        }
+      }
+    });
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// GEMM: every config x both layouts against the reference
+// ---------------------------------------------------------------------------------------------------------
+void check_gemm(const char* name, int E, int N, int K, std::vector<int> counts, double wide_fraction) {
+  std::mt19937 rng(test_seed(name));
+  const Experts x = make_experts(rng, E, N, K, wide_fraction);
+  std::printf("[%s] E=%d N=%d K=%d rows/expert:", name, E, N, K);
+  for (int c : counts) std::printf(" %d", c);
+  std::printf("; wide (64-row block, group) pairs: %lld\n", (long long)x.wide_groups);
+  if (wide_fraction > 0) EXPECT_GT(x.wide_groups, 0);
+  const int max_count = *std::max_element(counts.begin(), counts.end());
+  const int total = std::accumulate(counts.begin(), counts.end(), 0);
+  const int cap = max_count + 5;
+
+  DevBuf<uint8_t> dw(x.packed);
+  DevBuf<uint64_t> dflags(x.flags);
+  DevBuf<int> dcounts(counts);
+  cuda::MoeW4A8Weights wts{dw.p, dflags.p, E, N, K};
+
+  for (int layout = 0; layout < 2; ++layout) {
+    const bool masked = layout == 1;
+    const int rows = masked ? E * cap : total;
+    const int sa_ld = (rows + 3) / 4 * 4 + 4;
+    std::vector<char> live(rows, masked ? 0 : 1);
+    if (masked)
+      for (int e = 0; e < E; ++e)
+        for (int m = 0; m < counts[e]; ++m) live[size_t(e) * cap + m] = 1;
+    std::vector<uint8_t> a(size_t(rows) * K);
+    std::vector<float> sa(size_t(K / 128) * sa_ld, NAN);
+    quantize_rows(rng, rows, K, a, sa, sa_ld, live);
+
+    std::vector<float> yref(size_t(rows) * N, NAN);
+    ref::moe_grouped_gemm_w4a8(a.data(), sa.data(), sa_ld, x.w.data(), x.sw.data(), counts.data(), E, N, K,
+                               masked ? cap : 0, yref.data());
+    const std::vector<Bound> b32 = gemm_bounds(x, a, sa, sa_ld, counts, masked ? cap : 0, rows, false);
+    const std::vector<Bound> b16 = gemm_bounds(x, a, sa, sa_ld, counts, masked ? cap : 0, rows, true);
+
+    DevBuf<uint8_t> da(a);
+    DevBuf<float> dsa(sa);
+    cuda::MoeW4A8Input in{da.p, dsa.p, rows, sa_ld};
+    DevBuf<float> y(size_t(rows) * N);
+    for (int cfg = 0; cfg < cuda::moe_w4a8_config_count(); ++cfg) {
+      const bool f32 = (cfg + layout) % 2 == 1;
+      const auto out = f32 ? cuda::MoeOutType::F32 : cuda::MoeOutType::BF16;
+      y.poison();
+      cudaError_t err = masked ? cuda::moe_grouped_gemm_w4a8_masked(wts, in, dcounts.p, cap, y.p, out, 1, cfg, nullptr)
+                               : cuda::moe_grouped_gemm_w4a8_contiguous(wts, in, dcounts.p, y.p, out, 1, cfg, nullptr);
+      ASSERT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> yg = y.download();
+      const uint16_t* yg16 = reinterpret_cast<const uint16_t*>(yg.data());
+      const std::vector<Bound>& bd = f32 ? b32 : b16;
+      int64_t bad = 0, checked = 0, leaked = 0;
+      double worst_ratio = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int n = 0; n < N; ++n) {
+          const size_t i = size_t(r) * N + n;
+          const uint32_t raw32 = f32_to_bits(yg[i]);
+          const uint16_t raw16 = yg16[i];
+          if (!live[r]) {  // never written
+            if (f32 ? raw32 != 0xffffffffu : raw16 != 0xffff) ++leaked;
+            continue;
+          }
+          const double got = f32 ? double(yg[i]) : double(bf16_to_f32(raw16));
+          const double want = yref[i];
+          const double diff = std::fabs(got - want);
+          ++checked;
+          const double ratio = diff / bd[i].tol;
+          if (!(ratio <= 1.0)) {
+            if (bad++ < 5)
+              ADD_FAILURE() << name << " config " << cuda::moe_w4a8_config(cfg).name << (masked ? " masked" : " contiguous")
+                            << (f32 ? " f32" : " bf16") << " row " << r << " n " << n << ": got " << got << " ref "
+                            << want << " exact " << bd[i].exact << " tol " << bd[i].tol;
+          } else {
+            worst_ratio = std::max(worst_ratio, ratio);
+          }
+        }
+      EXPECT_EQ(bad, 0);
+      EXPECT_EQ(leaked, 0) << "rows of no expert were written";
+      std::printf("[%s] %-16s %-10s %s: %lld elements checked, %lld bad, max |err|/tol %.3f\n", name,
+                  cuda::moe_w4a8_config(cfg).name, masked ? "masked" : "contiguous", f32 ? "f32 " : "bf16",
+                  (long long)checked, (long long)bad, worst_ratio);
+    }
+  }
+}
+
+TEST(MoeW4A8Gpu, GemmProW13) {
+  SKIP_WITHOUT_GPU();
+  check_gemm("pro_w13", 6, 6144, 7168, {0, 1, 5, 33, 0, 17}, 0);
+}
+TEST(MoeW4A8Gpu, GemmProW2) {
+  SKIP_WITHOUT_GPU();
+  check_gemm("pro_w2", 6, 7168, 3072, {3, 0, 40, 1, 9, 0}, 0);
+}
+TEST(MoeW4A8Gpu, GemmFlashW13) {
+  SKIP_WITHOUT_GPU();
+  check_gemm("flash_w13", 6, 4096, 4096, {2, 70, 0, 1, 0, 16}, 0);
+}
+TEST(MoeW4A8Gpu, GemmFlashW2ManyTokenTiles) {
+  SKIP_WITHOUT_GPU();
+  check_gemm("flash_w2", 5, 4096, 2048, {130, 0, 7, 1, 257}, 0);
+}
+TEST(MoeW4A8Gpu, GemmLargeExponentSpread) {
+  SKIP_WITHOUT_GPU();
+  check_gemm("wide_spread", 4, 4096, 2048, {5, 0, 33, 129}, 0.05);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Glue
+// ---------------------------------------------------------------------------------------------------------
+std::vector<int> random_topk(std::mt19937& rng, int T, int topk, int E, bool zipf) {
+  std::vector<double> weight(E);
+  for (int e = 0; e < E; ++e) weight[e] = zipf ? 1.0 / std::pow(double(e + 1), 1.1) : 1.0;
+  std::shuffle(weight.begin(), weight.end(), rng);
+  std::discrete_distribution<int> pick(weight.begin(), weight.end());
+  std::vector<int> ids(size_t(T) * topk);
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < topk; ++j) {
+      int e;
+      do e = pick(rng);
+      while (std::find(ids.begin() + size_t(t) * topk, ids.begin() + size_t(t) * topk + j, e) != ids.begin() + size_t(t) * topk + j);
+      ids[size_t(t) * topk + j] = e;
+    }
+  return ids;
+}
+
+TEST(MoeW4A8Gpu, RouteRowsMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(test_seed("route_rows"));
+  for (int cap : {0, 24}) {
+    const int T = 3000, topk = 6, E = 256;
+    const std::vector<int> ids = random_topk(rng, T, topk, E, true);
+    const int rows = cap > 0 ? E * cap : T * topk;
+    std::vector<int> counts(E), ros(T * topk), sor(rows);
+    ref::moe_route_rows(ids.data(), T, topk, E, cap, counts.data(), ros.data(), sor.data());
+    DevBuf<int> dids(ids), dcounts(E), dros(size_t(T) * topk), dsor(rows);
+    DevBuf<uint8_t> ws(cuda::moe_route_rows_workspace(T, topk, E));
+    dcounts.poison();
+    dros.poison();
+    ASSERT_EQ(cuda::moe_route_rows(dids.p, T, topk, E, cap, dcounts.p, dros.p, dsor.p, ws.p, ws.n, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(dcounts.download(), counts) << "cap " << cap;
+    EXPECT_EQ(dros.download(), ros) << "cap " << cap;
+    EXPECT_EQ(dsor.download(), sor) << "cap " << cap;
+  }
+}
+
+std::vector<uint16_t> random_bf16(std::mt19937& rng, size_t n, float scale) {
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = f32_to_bf16(nd(rng) * (rng() % 50 == 0 ? 8.0f : 1.0f));
+  return v;
+}
+
+TEST(MoeW4A8Gpu, GatherQuantBitExact) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(test_seed("gather_quant"));
+  for (int D : {4096, 7168}) {
+    const int T = 97, topk = 6, E = 64, cap = 40;
+    const std::vector<int> ids = random_topk(rng, T, topk, E, false);
+    const int rows = E * cap, sa_ld = rows + 4;
+    std::vector<int> counts(E), ros(T * topk), sor(rows);
+    ref::moe_route_rows(ids.data(), T, topk, E, cap, counts.data(), ros.data(), sor.data());
+    const std::vector<uint16_t> x = random_bf16(rng, size_t(T) * D, 3.0f);
+    std::vector<uint8_t> a(size_t(rows) * D, 0x5a);
+    std::vector<float> sa(size_t(D / 128) * sa_ld, -1.0f);
+    DevBuf<uint16_t> dx(x);
+    DevBuf<int> dsor(sor);
+    DevBuf<uint8_t> da(a);
+    DevBuf<float> dsa(sa);
+    ref::moe_gather_quant(x.data(), D, sor.data(), rows, topk, a.data(), sa.data(), sa_ld);
+    ASSERT_EQ(cuda::moe_gather_quant(dx.p, D, dsor.p, rows, topk, da.p, dsa.p, sa_ld, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(da.download(), a) << "D " << D;
+    const std::vector<float> gsa = dsa.download();
+    int64_t bad = 0;
+    for (size_t i = 0; i < sa.size(); ++i) bad += f32_to_bits(gsa[i]) != f32_to_bits(sa[i]);
+    EXPECT_EQ(bad, 0) << "D " << D;
+  }
+}
+
+TEST(MoeW4A8Gpu, SwigluQuantMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(test_seed("swiglu_quant"));
+  for (int I : {2048, 3072}) {
+    const int T = 150, topk = 6, rows = T * topk, sa_ld = rows;
+    std::vector<int> sor(rows);
+    for (int r = 0; r < rows; ++r) sor[r] = (r * 7919) % rows;  // some permutation of the slots
+    sor[5] = -1;
+    const std::vector<uint16_t> h = random_bf16(rng, size_t(rows) * 2 * I, 4.0f);  // ~5% beyond the clamp
+    std::vector<float> wts(rows);
+    for (auto& w : wts) w = float(rng() % 1000) / 400.0f;
+    std::vector<uint8_t> q(size_t(rows) * I, 0x5a);
+    std::vector<float> s(size_t(I / 128) * sa_ld, -1.0f);
+    DevBuf<uint16_t> dh(h);
+    DevBuf<int> dsor(sor);
+    DevBuf<float> dw(wts);
+    DevBuf<uint8_t> dq(q);
+    DevBuf<float> ds(s);
+    ref::moe_swiglu_quant(h.data(), I, sor.data(), rows, wts.data(), 10.0f, true, q.data(), s.data(), sa_ld);
+    ASSERT_EQ(cuda::moe_swiglu_quant(dh.p, I, dsor.p, rows, dw.p, 10.0f, true, dq.p, ds.p, sa_ld, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    // The only difference allowed: expf (GPU, <= 2 ulp) vs the host's expf can move a value across a bf16 or
+    // e4m3 rounding boundary: then the code differs by one step.
+    const std::vector<uint8_t> gq = dq.download();
+    const std::vector<float> gs = ds.download();
+    int64_t scale_diff = 0, code_diff = 0, far = 0;
+    for (size_t i = 0; i < s.size(); ++i) scale_diff += f32_to_bits(gs[i]) != f32_to_bits(s[i]);
+    for (size_t i = 0; i < q.size(); ++i) {
+      if (gq[i] == q[i]) continue;
+      ++code_diff;
+      const bool same_sign = (gq[i] & 0x80) == (q[i] & 0x80);
+      if (!same_sign || std::abs(int(gq[i] & 0x7f) - int(q[i] & 0x7f)) > 1) ++far;
+    }
+    std::printf("[swiglu_quant] I=%d: %lld of %zu codes one step apart, %lld scales differ\n", I, (long long)code_diff,
+                q.size(), (long long)scale_diff);
+    EXPECT_EQ(far, 0);
+    EXPECT_LE(code_diff, int64_t(q.size() / 1000));
+    EXPECT_LE(scale_diff, 1);
+  }
+}
+
+TEST(MoeW4A8Gpu, CombineBitExact) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(test_seed("combine"));
+  const int T = 211, topk = 6, E = 384, D = 7168, cap = 8;
+  const std::vector<int> ids = random_topk(rng, T, topk, E, true);
+  const int rows = E * cap;
+  std::vector<int> counts(E), ros(T * topk), sor(rows);
+  ref::moe_route_rows(ids.data(), T, topk, E, cap, counts.data(), ros.data(), sor.data());  // some dropped
+  const std::vector<uint16_t> y2 = random_bf16(rng, size_t(rows) * D, 1.0f);
+  std::vector<float> out(size_t(T) * D);
+  ref::moe_combine(y2.data(), D, ros.data(), ids.data(), T, topk, out.data());
+  DevBuf<uint16_t> dy(y2);
+  DevBuf<int> dros(ros), dids(ids);
+  DevBuf<float> dout(out.size());
+  dout.poison();
+  ASSERT_EQ(cuda::moe_combine(dy.p, D, dros.p, dids.p, T, topk, dout.p, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> g = dout.download();
+  int64_t bad = 0;
+  for (size_t i = 0; i < g.size(); ++i) bad += f32_to_bits(g[i]) != f32_to_bits(out[i]);
+  EXPECT_EQ(bad, 0);
+}
+
+// The decode chain (masked layout) captured in one CUDA graph: no host sync, no allocation; replays equal
+// the eager run bit for bit.
+TEST(MoeW4A8Gpu, DecodeChainIsGraphCapturable) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(test_seed("graph"));
+  const int T = 64, topk = 6, E = 16, D = 2048, I = 1024, cap = T;
+  const Experts w13 = make_experts(rng, E, 2 * I, D, 0.01), w2 = make_experts(rng, E, D, I, 0.01);
+  const std::vector<int> ids = random_topk(rng, T, topk, E, true);
+  std::vector<float> rw(T * topk);
+  for (auto& v : rw) v = float(rng() % 100) / 50.0f;
+  const std::vector<uint16_t> x = random_bf16(rng, size_t(T) * D, 1.0f);
+  const int rows = E * cap, sa_ld = rows;
+  DevBuf<uint8_t> dw13(w13.packed), dw2(w2.packed);
+  DevBuf<uint64_t> df13(w13.flags), df2(w2.flags);
+  DevBuf<int> dids(ids), dcounts(E), dros(size_t(T) * topk), dsor(rows);
+  DevBuf<float> drw(rw), dsa(size_t(D / 128) * sa_ld), dsa2(size_t(I / 128) * sa_ld), dout(size_t(T) * D);
+  DevBuf<uint16_t> dx(x), dh(size_t(rows) * 2 * I), dy2(size_t(rows) * D);
+  DevBuf<uint8_t> da(size_t(rows) * D), da2(size_t(rows) * I), ws(cuda::moe_route_rows_workspace(T, topk, E));
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cuda::MoeW4A8Weights W13{dw13.p, df13.p, E, 2 * I, D}, W2{dw2.p, df2.p, E, D, I};
+  auto chain = [&]() {
+    EXPECT_EQ(cuda::moe_route_rows(dids.p, T, topk, E, cap, dcounts.p, dros.p, dsor.p, ws.p, ws.n, stream), cudaSuccess);
+    EXPECT_EQ(cuda::moe_gather_quant(dx.p, D, dsor.p, rows, topk, da.p, dsa.p, sa_ld, stream), cudaSuccess);
+    EXPECT_EQ(cuda::moe_grouped_gemm_w4a8_masked(W13, {da.p, dsa.p, rows, sa_ld}, dcounts.p, cap, dh.p,
+                                                 cuda::MoeOutType::BF16, T * topk / E, -1, stream),
+              cudaSuccess);
+    EXPECT_EQ(cuda::moe_swiglu_quant(dh.p, I, dsor.p, rows, drw.p, 10.0f, true, da2.p, dsa2.p, sa_ld, stream),
+              cudaSuccess);
+    EXPECT_EQ(cuda::moe_grouped_gemm_w4a8_masked(W2, {da2.p, dsa2.p, rows, sa_ld}, dcounts.p, cap, dy2.p,
+                                                 cuda::MoeOutType::BF16, T * topk / E, -1, stream),
+              cudaSuccess);
+    EXPECT_EQ(cuda::moe_combine(dy2.p, D, dros.p, dids.p, T, topk, dout.p, stream), cudaSuccess);
+  };
+  // Unused masked rows hold whatever; clear once so NaN garbage cannot differ between runs.
+  MOESERVE_CUDA_CHECK(cudaMemset(da.p, 0, da.n));
+  MOESERVE_CUDA_CHECK(cudaMemset(da2.p, 0, da2.n));
+  chain();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const std::vector<float> eager = dout.download();
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  chain();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int rep = 0; rep < 2; ++rep) {
+    dout.poison();
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<float> replay = dout.download();
+    int64_t diff = 0, nonfinite = 0;
+    for (size_t i = 0; i < replay.size(); ++i) {
+      diff += f32_to_bits(replay[i]) != f32_to_bits(eager[i]);
+      nonfinite += !std::isfinite(eager[i]);
+    }
+    EXPECT_EQ(diff, 0);
+    EXPECT_EQ(nonfinite, 0);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace moeserve
