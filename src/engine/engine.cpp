@@ -1,0 +1,261 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+
+namespace moeserve::engine {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Abort: return "abort";
+    case FinishReason::Error: return "error";
+    case FinishReason::None: break;
+  }
+  return "";
+}
+
+namespace {
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Largest prefix length <= n that does not end inside a UTF-8 sequence.
+size_t utf8_boundary(const std::string& s, size_t n) {
+  while (n > 0 && n < s.size() && (uint8_t(s[n]) & 0xC0) == 0x80) --n;
+  return n;
+}
+}  // namespace
+
+Engine::Engine(std::shared_ptr<const model::Model> model, std::shared_ptr<const TextDecoderFactory> decoder,
+               EngineOptions options)
+    : model_(std::move(model)),
+      decoder_(std::move(decoder)),
+      options_(options),
+      cache_(model_->kv_layout(), options.limits.max_running_requests, options.kv_pages),
+      scheduler_(cache_, options.limits) {
+  check(options.limits.max_batch_tokens >= 1, "max batch tokens must be >= 1");
+  const int64_t capacity = options.kv_pages * cache_.layout().page_tokens;
+  max_model_len_ = options.max_model_len > 0 ? options.max_model_len : model_->config().max_position_embeddings;
+  max_model_len_ = std::min(max_model_len_, capacity);
+  check(max_model_len_ > 0, "the KV cache holds no tokens ({} pages)", options.kv_pages);
+  status_ = compute_status();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+uint64_t Engine::submit(std::vector<int32_t> prompt, GenerationParams params, EventSink sink) {
+  const io::ModelConfig& c = model_->config();
+  check(!prompt.empty(), "the prompt is empty");
+  for (size_t i = 0; i < prompt.size(); ++i)
+    check(prompt[i] >= 0 && prompt[i] < c.vocab_size, "prompt token {} at index {} is outside the vocabulary [0, {})",
+          prompt[i], i, c.vocab_size);
+  check(params.max_tokens >= 1, "max_tokens must be at least 1, got {}", params.max_tokens);
+  const int64_t total = int64_t(prompt.size()) + params.max_tokens;
+  check(total <= max_model_len_,
+        "this model's maximum context length is {} tokens; the prompt has {} tokens and max_tokens is {} ({} in "
+        "total)",
+        max_model_len_, prompt.size(), params.max_tokens, total);
+  validate(params.sampling);
+  for (const auto& s : params.stop_strings) check(!s.empty(), "stop strings must not be empty");
+
+  auto r = std::make_unique<Request>();
+  r->id = next_id_++;
+  r->prompt = std::move(prompt);
+  r->params = std::move(params);
+  if (!r->params.ignore_eos)
+    for (int64_t eos : c.eos_token_ids) r->params.stop_token_ids.push_back(eos);
+  r->sink = std::move(sink);
+  r->arrival = Clock::now();
+  r->rng.seed(r->params.seed ? *r->params.seed : std::random_device{}());
+  r->decoder = decoder_ ? decoder_->start(r->params.skip_special_tokens) : nullptr;
+  uint64_t id = r->id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    incoming_.push_back(std::move(r));
+  }
+  wake_.notify_all();
+  return id;
+}
+
+void Engine::abort(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborts_.push_back(id);
+  }
+  wake_.notify_all();
+}
+
+void Engine::wait_idle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [&] {
+    return incoming_.empty() && aborts_.empty() && !busy_ && status_.running == 0 && status_.waiting == 0;
+  });
+}
+
+EngineStatus Engine::status() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return status_;
+}
+
+EngineStatus Engine::compute_status() const {
+  EngineStatus s;
+  s.running = int64_t(scheduler_.running().size());
+  s.waiting = int64_t(scheduler_.waiting().size());
+  s.slots_total = cache_.slots_total();
+  s.slots_free = cache_.slots_free();
+  s.pages_total = cache_.pages_total();
+  s.pages_free = cache_.pages_free();
+  s.page_tokens = cache_.layout().page_tokens;
+  return s;
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::vector<std::unique_ptr<Request>> incoming;
+    std::vector<uint64_t> aborts;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] {
+        return stop_ || !incoming_.empty() || !aborts_.empty() || !scheduler_.running().empty() ||
+               !scheduler_.waiting().empty();
+      });
+      if (stop_) return;
+      incoming.swap(incoming_);
+      aborts.swap(aborts_);
+      busy_ = true;
+    }
+    for (auto& r : incoming) {
+      metrics_.prompt_tokens += r->prompt.size();
+      scheduler_.add(std::move(r));
+    }
+    for (uint64_t id : aborts)
+      if (scheduler_.remove(id)) metrics_.requests_aborted++;
+    step();
+    std::lock_guard<std::mutex> lock(mutex_);
+    busy_ = false;
+    status_ = compute_status();
+    idle_.notify_all();
+  }
+}
+
+void Engine::emit(Request& r, std::vector<int32_t> tokens, FinishReason finish) {
+  RequestEvent e;
+  e.token_ids = std::move(tokens);
+  e.finish = finish;
+  e.prompt_tokens = int64_t(r.prompt.size());
+  e.completion_tokens = int64_t(r.output.size());
+  // Hold back a tail that could be the start of a stop string, until the request finishes.
+  size_t holdback = 0;
+  for (const auto& s : r.params.stop_strings) holdback = std::max(holdback, s.size() - 1);
+  size_t end = finish != FinishReason::None ? r.text.size()
+                                            : utf8_boundary(r.text, r.text.size() > holdback ? r.text.size() - holdback : 0);
+  if (end > r.streamed) {
+    e.text = r.text.substr(r.streamed, end - r.streamed);
+    r.streamed = end;
+  }
+  if (r.sink) r.sink(e);
+}
+
+void Engine::finish(uint64_t id) {
+  std::unique_ptr<Request> r = scheduler_.remove(id);
+  if (!r) return;
+  const double e2e = seconds(Clock::now() - r->arrival);
+  metrics_.e2e.observe(e2e);
+}
+
+void Engine::step() {
+  scheduler_.admit();
+  std::vector<BatchItem> batch = scheduler_.next_batch();
+  if (batch.empty()) return;
+  metrics_.steps++;
+  std::vector<model::ForwardRequest> forward;
+  for (const BatchItem& item : batch) {
+    model::ForwardRequest f;
+    f.seq = &item.request->seq;
+    if (item.begin >= 0)
+      f.tokens = std::span<const int32_t>(item.request->prompt.data() + item.begin, size_t(item.count));
+    else
+      f.tokens = std::span<const int32_t>(&*item.request->pending, 1);
+    forward.push_back(f);
+  }
+  model::ForwardResult result;
+  try {
+    result = model_->forward(cache_, forward, options_.numerics);
+  } catch (const std::exception& e) {
+    spdlog::error("forward failed for a batch of {} requests: {}", batch.size(), e.what());
+    for (const BatchItem& item : batch) {
+      Request& r = *item.request;
+      RequestEvent ev;
+      ev.finish = FinishReason::Error;
+      ev.error = std::string("internal error: ") + e.what();
+      ev.prompt_tokens = int64_t(r.prompt.size());
+      if (r.sink) r.sink(ev);
+      metrics_.requests_failed++;
+      finish(r.id);
+    }
+    return;
+  }
+
+  const int64_t vocab = model_->config().vocab_size;
+  std::vector<uint64_t> finished;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Request& r = *batch[i].request;
+    r.seq.length += batch[i].count;
+    if (batch[i].begin >= 0) r.prefilled += batch[i].count;
+    r.pending.reset();
+    if (r.prefilling()) continue;  // more prompt to go: nothing to sample yet
+
+    const float* logits = result.logits.f32() + (result.first_row[i] + result.row_count[i] - 1) * vocab;
+    int32_t token = sample_token(logits, vocab, r.params.sampling, r.rng);
+    auto now = Clock::now();
+    if (!r.first_token_time) {
+      r.first_token_time = now;
+      metrics_.ttft.observe(seconds(now - r.arrival));
+    } else {
+      metrics_.tpot.observe(seconds(now - r.last_token_time));
+    }
+    r.last_token_time = now;
+    r.output.push_back(token);
+    metrics_.generation_tokens++;
+
+    FinishReason reason = FinishReason::None;
+    bool stop_string = false;
+    const auto& stops = r.params.stop_token_ids;
+    bool stop_token = std::find(stops.begin(), stops.end(), token) != stops.end();
+    if (r.decoder && !stop_token) r.text += r.decoder->push(token);
+    if (stop_token) reason = FinishReason::Stop;
+    if (reason == FinishReason::None && !r.params.stop_strings.empty()) {
+      size_t best = std::string::npos;
+      for (const auto& s : r.params.stop_strings) {
+        size_t from = r.streamed > s.size() ? r.streamed - s.size() : 0;
+        size_t at = r.text.find(s, from);
+        if (at != std::string::npos) best = std::min(best, at);
+      }
+      if (best != std::string::npos) {
+        r.text.resize(best);  // the output ends before the stop string
+        reason = FinishReason::Stop;
+        stop_string = true;
+      }
+    }
+    if (reason == FinishReason::None && int64_t(r.output.size()) >= r.params.max_tokens) reason = FinishReason::Length;
+    if (reason != FinishReason::None && !stop_string && r.decoder) r.text += r.decoder->flush();
+    if (reason == FinishReason::None) r.pending = token;
+    emit(r, {token}, reason);
+    if (reason != FinishReason::None) {
+      (reason == FinishReason::Stop ? metrics_.requests_finished_stop : metrics_.requests_finished_length)++;
+      finished.push_back(r.id);
+    }
+  }
+  for (uint64_t id : finished) finish(id);
+}
+
+}  // namespace moeserve::engine

@@ -1,0 +1,225 @@
+// The batched engine: requests running together get the same tokens as alone; chunked prefill under a
+// token budget; FIFO admission when pages are short; aborts, stop strings and lengths; everything freed.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <map>
+#include <mutex>
+
+#include "engine/generate.h"
+#include "model/fixture.h"
+
+namespace moeserve::engine {
+namespace {
+
+// Token id t decodes to "<t>" so stop strings can be tested without a tokenizer.
+class AngleDecoder : public IncrementalTextDecoder {
+ public:
+  std::string push(int32_t id) override { return "<" + std::to_string(id) + ">"; }
+  std::string flush() override { return ""; }
+};
+class AngleDecoderFactory : public TextDecoderFactory {
+ public:
+  std::unique_ptr<IncrementalTextDecoder> start(bool) const override { return std::make_unique<AngleDecoder>(); }
+};
+
+struct Collected {
+  std::vector<int32_t> tokens;
+  std::string text;
+  FinishReason finish = FinishReason::None;
+  int64_t completion_tokens = 0;
+  std::promise<void> done;
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { model_ = model::Model::load(testing::model_fixture("tiny_yarn")); }
+  static void TearDownTestSuite() { model_.reset(); }
+
+  std::unique_ptr<Engine> make_engine(int64_t slots, int64_t pages, int64_t budget) {
+    EngineOptions o;
+    o.limits.max_running_requests = slots;
+    o.limits.max_batch_tokens = budget;
+    o.kv_pages = pages;
+    return std::make_unique<Engine>(model_, std::make_shared<AngleDecoderFactory>(), o);
+  }
+
+  std::shared_ptr<Collected> submit(Engine& engine, std::vector<int32_t> prompt, GenerationParams params) {
+    auto c = std::make_shared<Collected>();
+    engine.submit(std::move(prompt), std::move(params), [c](const RequestEvent& e) {
+      c->tokens.insert(c->tokens.end(), e.token_ids.begin(), e.token_ids.end());
+      c->text += e.text;
+      c->completion_tokens = e.completion_tokens;
+      if (e.finish != FinishReason::None) {
+        c->finish = e.finish;
+        c->done.set_value();
+      }
+    });
+    return c;
+  }
+
+  static std::vector<int32_t> prompt(int64_t n, int32_t seed) {
+    std::vector<int32_t> p;
+    for (int64_t i = 0; i < n; ++i) p.push_back(int32_t(2 + (seed * 7919 + i * 104729) % 280));
+    return p;
+  }
+
+  static std::vector<int32_t> alone(const std::vector<int32_t>& p, int64_t n) {
+    GenerateOptions o;
+    o.max_new_tokens = n;
+    return generate(*model_, p, o).output_ids;
+  }
+
+  static std::shared_ptr<model::Model> model_;
+};
+std::shared_ptr<model::Model> EngineTest::model_;
+
+GenerationParams greedy(int64_t max_tokens) {
+  GenerationParams p;
+  p.sampling.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+TEST_F(EngineTest, BatchedRequestsGetTheSameTokensAsAlone) {
+  auto engine = make_engine(8, 16, 64);  // small budget: prompts are prefilled in chunks alongside decodes
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<Collected>> results;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(prompt(10 + 23 * i, i));
+    results.push_back(submit(*engine, prompts.back(), greedy(12 + i)));
+  }
+  for (int i = 0; i < 6; ++i) {
+    results[size_t(i)]->done.get_future().wait();
+    EXPECT_EQ(results[size_t(i)]->tokens, alone(prompts[size_t(i)], 12 + i)) << "request " << i;
+    EXPECT_EQ(results[size_t(i)]->finish, FinishReason::Length);
+  }
+  engine->wait_idle();
+  auto s = engine->status();
+  EXPECT_EQ(s.pages_free, s.pages_total);
+  EXPECT_EQ(s.slots_free, s.slots_total);
+  EXPECT_EQ(s.running + s.waiting, 0);
+}
+
+TEST_F(EngineTest, QueuesWhenPagesAreShortAndServesInOrder) {
+  auto engine = make_engine(4, 1, 512);  // one page: the three requests must run one after another
+  std::mutex m;
+  std::vector<int> order;
+  std::vector<std::shared_ptr<Collected>> results;
+  for (int i = 0; i < 3; ++i) {
+    auto c = std::make_shared<Collected>();
+    engine->submit(prompt(200 - 60 * i, i), greedy(10), [c, i, &m, &order](const RequestEvent& e) {
+      c->tokens.insert(c->tokens.end(), e.token_ids.begin(), e.token_ids.end());
+      if (e.finish != FinishReason::None) {
+        std::lock_guard<std::mutex> lock(m);
+        order.push_back(i);
+        c->done.set_value();
+      }
+    });
+    results.push_back(c);
+    EXPECT_LE(engine->status().running, 1);
+  }
+  for (int i = 0; i < 3; ++i) {
+    results[size_t(i)]->done.get_future().wait();
+    EXPECT_EQ(results[size_t(i)]->tokens, alone(prompt(200 - 60 * i, i), 10)) << "request " << i;
+  }
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));  // FIFO: a shorter later request does not overtake
+  engine->wait_idle();
+  EXPECT_EQ(engine->status().pages_free, 1);
+}
+
+TEST_F(EngineTest, AbortFreesEverything) {
+  auto engine = make_engine(2, 4, 512);
+  std::promise<uint64_t> started;
+  auto c = std::make_shared<Collected>();
+  uint64_t id = engine->submit(prompt(30, 5), greedy(200), [c](const RequestEvent& e) {
+    c->tokens.insert(c->tokens.end(), e.token_ids.begin(), e.token_ids.end());
+  });
+  while (true) {  // wait for the first tokens, then abort mid-generation
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (engine->status().running == 1) break;
+  }
+  engine->abort(id);
+  engine->wait_idle();
+  auto s = engine->status();
+  EXPECT_EQ(s.pages_free, s.pages_total);
+  EXPECT_EQ(s.slots_free, s.slots_total);
+  EXPECT_EQ(engine->metrics().requests_aborted.load(), 1u);
+  // And the engine still serves.
+  auto d = submit(*engine, prompt(8, 6), greedy(3));
+  d->done.get_future().wait();
+  EXPECT_EQ(d->tokens, alone(prompt(8, 6), 3));
+}
+
+TEST_F(EngineTest, StopStringsEndTheOutputBeforeTheMatch) {
+  auto engine = make_engine(2, 4, 512);
+  auto p = prompt(16, 7);
+  auto full = alone(p, 8);
+  // Stop on the text of the 4th generated token: the output keeps the first 3 tokens' text.
+  GenerationParams params = greedy(8);
+  params.stop_strings = {"<" + std::to_string(full[3]) + ">"};
+  auto c = submit(*engine, p, params);
+  c->done.get_future().wait();
+  std::string want;
+  for (int i = 0; i < 3; ++i) want += "<" + std::to_string(full[size_t(i)]) + ">";
+  if (std::find(full.begin(), full.begin() + 3, full[3]) == full.begin() + 3) {
+    EXPECT_EQ(c->text, want);
+    EXPECT_EQ(c->tokens.size(), 4u);  // no token past the one that completed the stop string
+  }
+  EXPECT_EQ(c->finish, FinishReason::Stop);
+}
+
+TEST_F(EngineTest, StopTokenIdsAndLength) {
+  auto engine = make_engine(2, 4, 512);
+  auto p = prompt(12, 8);
+  auto full = alone(p, 6);
+  GenerationParams params = greedy(6);
+  params.stop_token_ids = {full[2]};
+  auto c = submit(*engine, p, params);
+  c->done.get_future().wait();
+  EXPECT_EQ(c->finish, FinishReason::Stop);
+  EXPECT_EQ(c->tokens.back(), full[2]);
+  auto d = submit(*engine, p, greedy(4));
+  d->done.get_future().wait();
+  EXPECT_EQ(d->finish, FinishReason::Length);
+  EXPECT_EQ(d->completion_tokens, 4);
+}
+
+TEST_F(EngineTest, RefusesWhatCanNeverRun) {
+  auto engine = make_engine(2, 1, 512);  // 256 tokens of KV
+  auto expect_error = [&](std::vector<int32_t> p, GenerationParams params, const std::string& want) {
+    try {
+      engine->submit(p, params, nullptr);
+      ADD_FAILURE() << "accepted; wanted " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  expect_error(prompt(250, 1), greedy(10), "maximum context length is 256 tokens");
+  expect_error({}, greedy(1), "the prompt is empty");
+  expect_error({1, 2, 288}, greedy(1), "prompt token 288 at index 2 is outside the vocabulary");
+  expect_error({1}, greedy(0), "max_tokens must be at least 1");
+  GenerationParams bad = greedy(1);
+  bad.sampling.top_p = 0;
+  expect_error({1}, bad, "top_p must be in (0, 1]");
+}
+
+TEST_F(EngineTest, SeededSamplingIsReproducible) {
+  auto engine = make_engine(4, 8, 512);
+  GenerationParams params;
+  params.sampling = {0.8f, 0.9f, 20};
+  params.seed = 1234;
+  params.max_tokens = 10;
+  params.ignore_eos = true;
+  auto a = submit(*engine, prompt(20, 9), params);
+  auto b = submit(*engine, prompt(20, 9), params);
+  a->done.get_future().wait();
+  b->done.get_future().wait();
+  EXPECT_EQ(a->tokens, b->tokens);
+}
+
+}  // namespace
+}  // namespace moeserve::engine
