@@ -75,16 +75,18 @@ NameDialect detect(const io::Checkpoint& ckpt) {
 TensorSource::TensorSource(io::Checkpoint checkpoint)
     : checkpoint_(std::move(checkpoint)), dialect_(detect(checkpoint_)) {}
 
-std::string TensorSource::stored_name(const std::string& official) const {
-  if (dialect_ == NameDialect::Official) return official;
+std::string TensorSource::stored_name(const std::string& official) const { return name_in_dialect(official, dialect_); }
+
+std::string name_in_dialect(const std::string& official, NameDialect dialect) {
+  if (dialect == NameDialect::Official) return official;
   if (official == "embed.weight") return "model.embed_tokens.weight";
   if (official == "norm.weight") return "model.norm.weight";
-  if (official == "head.weight") return dialect_ == NameDialect::HfModules ? "lm_head.weight" : "head.weight";
+  if (official == "head.weight") return dialect == NameDialect::HfModules ? "lm_head.weight" : "head.weight";
   if (official.rfind("hc_head_", 0) == 0) return "model.hc_head.hc_" + official.substr(8);
   std::smatch m;
   if (!std::regex_match(official, m, kLayerName)) return official;  // mtp.* and others: unchanged
   std::string layer = m[1], rest = m[2];
-  if (dialect_ == NameDialect::HfSavePretrained) {
+  if (dialect == NameDialect::HfSavePretrained) {
     if (rest == "attn.kv_norm.weight") rest = "attn.norm.weight";
     return "model.layers." + layer + "." + rest;
   }

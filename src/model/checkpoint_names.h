@@ -17,6 +17,10 @@ namespace moeserve::model {
 enum class NameDialect { Official, HfSavePretrained, HfModules };
 const char* dialect_name(NameDialect dialect);
 
+// The name `official` is stored under in a checkpoint of `dialect` (for stacked HF-module experts: the name of
+// the stacked tensor that holds it).
+std::string name_in_dialect(const std::string& official, NameDialect dialect);
+
 // Reads tensors by official name from a checkpoint of any dialect.
 class TensorSource {
  public:

@@ -296,4 +296,9 @@ ModelWeights load_weights(const io::ModelConfig& config, const TensorSource& sou
   return Loader(config, source).model(options);
 }
 
+LinearWeight load_linear(const io::ModelConfig& config, const TensorSource& source, const std::string& name,
+                         int64_t out, int64_t in, ParamKind kind) {
+  return Loader(config, source).linear(name, out, in, kind);
+}
+
 }  // namespace moeserve::model

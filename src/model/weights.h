@@ -9,6 +9,7 @@
 
 #include "core/tensor.h"
 #include "io/model_config.h"
+#include "model/checkpoint_layout.h"
 #include "model/checkpoint_names.h"
 
 namespace moeserve::model {
@@ -94,6 +95,11 @@ struct LoadOptions {
 };
 
 ModelWeights load_weights(const io::ModelConfig& config, const TensorSource& source, const LoadOptions& options = {});
+
+// One linear `name` (tensors name.weight, name.scale) of logical shape [out, in], checked the way load_weights
+// checks it against its role and config.json, with its fp32 dequantization (for `moeserve convert`).
+LinearWeight load_linear(const io::ModelConfig& config, const TensorSource& source, const std::string& name,
+                         int64_t out, int64_t in, ParamKind kind);
 
 // The layer spec of an MTP block: window-only attention, top-k (non-hash) MoE.
 io::LayerSpec mtp_layer_spec();
