@@ -62,6 +62,7 @@ MergeList& BpeModel::read_merges(const nlohmann::json& merges, MergeList& out) {
 }
 
 BpeModel BpeModel::from_json(const nlohmann::json& json) {
+  check_supported(json);
   VocabList vocab;
   MergeList merges;
   read_vocab(json_field(json, "vocab"), vocab);
@@ -69,7 +70,7 @@ BpeModel BpeModel::from_json(const nlohmann::json& json) {
   return from_json(json, vocab, merges);
 }
 
-BpeModel BpeModel::from_json(const nlohmann::json& json, VocabList& vocab, MergeList& merges) {
+void BpeModel::check_supported(const nlohmann::json& json) {
   check(json.is_object(), "model: expected an object");
   const auto& type_field = json_field(json, "type");  // older files omit the type of a BPE model
   check(type_field.is_null() || type_field.is_string(), "model.type: expected a string");
@@ -85,7 +86,10 @@ BpeModel BpeModel::from_json(const nlohmann::json& json, VocabList& vocab, Merge
     check(value.is_null() || (value.is_string() && value.get<std::string>().empty()),
           "model.{}: not supported (expected null)", field);
   }
+}
 
+BpeModel BpeModel::from_json(const nlohmann::json& json, VocabList& vocab, MergeList& merges) {
+  check_supported(json);
   BpeModel model;
   int64_t max_id = -1;
   for (const auto& [token, id] : vocab) {

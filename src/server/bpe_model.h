@@ -32,6 +32,9 @@ class BpeModel {
   // tokenizer_json.h); they are consumed.
   static BpeModel from_json(const nlohmann::json& json, VocabList& vocab, MergeList& merges);
   static BpeModel from_json(const nlohmann::json& json);
+  // Throws moeserve::Error unless `json` describes a model this class implements (checked before
+  // the vocabulary is read, so an unsupported type is reported as such).
+  static void check_supported(const nlohmann::json& json);
   // model.vocab / model.merges of a JSON document as lists; return `out`.
   static VocabList& read_vocab(const nlohmann::json& vocab, VocabList& out);
   static MergeList& read_merges(const nlohmann::json& merges, MergeList& out);

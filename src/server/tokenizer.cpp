@@ -102,6 +102,7 @@ Tokenizer Tokenizer::build(const nlohmann::json& tokenizer, const nlohmann::json
   check_decoder(json_field(tokenizer, "decoder"));
   // The lists not streamed out of the document by parse_tokenizer_json are read from it.
   const auto& model = tokenizer["model"];
+  BpeModel::check_supported(model);
   VocabList dom_vocab;
   MergeList dom_merges;
   if (vocab == nullptr) vocab = &BpeModel::read_vocab(json_field(model, "vocab"), dom_vocab);
