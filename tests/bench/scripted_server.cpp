@@ -1,6 +1,7 @@
 #include "scripted_server.h"
 
 #include <chrono>
+#include <sys/socket.h>
 
 #include <fmt/format.h>
 #include <httplib.h>
@@ -115,8 +116,17 @@ ScriptedServer::ScriptedServer(int threads) : server_(std::make_unique<httplib::
   };
   server_->Post("/v1/completions", handler(false));
   server_->Post("/v1/chat/completions", handler(true));
+  // cpp-httplib 0.11 listens with a backlog of 5: a burst of connections overflows the accept queue
+  // and some are reset before their request is read. Keep the listening socket and widen the backlog.
+  int listen_fd = -1;
+  server_->set_socket_options([&listen_fd](int fd) {
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_fd = fd;
+  });
   port_ = server_->bind_to_any_port("127.0.0.1");
   if (port_ <= 0) throw std::runtime_error("scripted server: cannot bind 127.0.0.1");
+  if (listen_fd >= 0) ::listen(listen_fd, 4096);
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   for (int i = 0; i < 5000 && !server_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (!server_->is_running()) throw std::runtime_error("scripted server: did not start");
