@@ -1,6 +1,8 @@
 // The DeepSeek-V3 tokenizer against HF `tokenizers` goldens, plus the tokenizer's public contract.
 #include "server/tokenizer.h"
 
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -125,6 +127,23 @@ TEST(Tokenizer, LongInputsAndRepeatsAreStable) {
   EXPECT_EQ(tok.decode(once), text);
   const std::string long_word(5000, 'x');  // one pre-token far beyond the cache's word limit
   EXPECT_EQ(tok.decode(tok.encode(long_word)), long_word);
+}
+
+TEST(Tokenizer, ConcurrentEncodesAgree) {
+  // One tokenizer serves all request threads; the word cache is shared.
+  const auto& tok = deepseek_tokenizer();
+  const auto& cases = goldens()["encode"];
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round)
+        for (const auto& c : cases)
+          if (tok.encode(c["text"].get<std::string>()) != c["ids"].get<std::vector<int32_t>>()) ++mismatches[t];
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 }  // namespace
