@@ -6,22 +6,28 @@
 
 namespace moeserve::cache {
 
+FloatBuffer::FloatBuffer(size_t count) : size_(count) {
+  if (count == 0) return;
+  data_.reset(static_cast<float*>(std::calloc(count, sizeof(float))));
+  check(data_ != nullptr, "out of host memory for the KV cache ({} bytes)", count * sizeof(float));
+}
+
 KvCache::KvCache(KvLayout layout, int64_t slots, int64_t pages)
     : layout_(std::move(layout)), slots_(slots), pages_(pages) {
   check(slots > 0 && pages >= 0, "KV cache needs at least one request slot (got {} slots, {} pages)", slots, pages);
   const int64_t num_layers = int64_t(layout_.layers.size());
-  window_.assign(size_t(slots * num_layers * layout_.window_capacity * layout_.head_dim), 0.0f);
+  window_ = FloatBuffer(size_t(slots * num_layers * layout_.window_capacity * layout_.head_dim));
   compressed_.resize(size_t(layout_.num_compressed_layers));
   index_keys_.resize(size_t(layout_.num_indexer_layers));
   state_.resize(size_t(layout_.num_compressed_layers));
   index_state_.resize(size_t(layout_.num_indexer_layers));
   for (const auto& l : layout_.layers) {
     if (l.compressed_layer < 0) continue;
-    compressed_[size_t(l.compressed_layer)].assign(size_t(pages * l.entries_per_page * layout_.head_dim), 0.0f);
-    state_[size_t(l.compressed_layer)].assign(size_t(slots * 2 * l.state_rows * l.state_width), 0.0f);
+    compressed_[size_t(l.compressed_layer)] = FloatBuffer(size_t(pages * l.entries_per_page * layout_.head_dim));
+    state_[size_t(l.compressed_layer)] = FloatBuffer(size_t(slots * 2 * l.state_rows * l.state_width));
     if (l.indexer_layer >= 0) {
-      index_keys_[size_t(l.indexer_layer)].assign(size_t(pages * l.entries_per_page * layout_.index_head_dim), 0.0f);
-      index_state_[size_t(l.indexer_layer)].assign(size_t(slots * 2 * l.state_rows * l.index_state_width), 0.0f);
+      index_keys_[size_t(l.indexer_layer)] = FloatBuffer(size_t(pages * l.entries_per_page * layout_.index_head_dim));
+      index_state_[size_t(l.indexer_layer)] = FloatBuffer(size_t(slots * 2 * l.state_rows * l.index_state_width));
     }
   }
 }

@@ -3,6 +3,8 @@
 // indexing with the 584-byte FP8 entry). Page ids index every per-layer pool at once: page p of a sequence
 // holds the compressed entries and indexer keys of its tokens [256p, 256p + 256).
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "cache/kv_layout.h"
@@ -15,6 +17,22 @@ struct SequenceKv {
   std::vector<int32_t> pages;
   int64_t length = 0;  // committed tokens
   bool open() const { return slot >= 0; }
+};
+
+// Zeroed float storage from calloc: large pools come straight from mmap, so untouched pages cost no memory.
+class FloatBuffer {
+ public:
+  FloatBuffer() = default;
+  explicit FloatBuffer(size_t count);
+  float* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data_;
+  size_t size_ = 0;
 };
 
 class KvCache {
@@ -52,11 +70,11 @@ class KvCache {
 
   KvLayout layout_;
   IdAllocator slots_, pages_;
-  std::vector<float> window_;                      // [slots, layers, capacity, head_dim]
-  std::vector<std::vector<float>> compressed_;     // per compressed layer: [pages, entries_per_page, head_dim]
-  std::vector<std::vector<float>> index_keys_;     // per CSA layer: [pages, entries_per_page, index_head_dim]
-  std::vector<std::vector<float>> state_;          // per compressed layer: [slots, 2 (kv, score), rows, width]
-  std::vector<std::vector<float>> index_state_;    // per CSA layer: [slots, 2, rows, index width]
+  FloatBuffer window_;                      // [slots, layers, capacity, head_dim]
+  std::vector<FloatBuffer> compressed_;     // per compressed layer: [pages, entries_per_page, head_dim]
+  std::vector<FloatBuffer> index_keys_;     // per CSA layer: [pages, entries_per_page, index_head_dim]
+  std::vector<FloatBuffer> state_;          // per compressed layer: [slots, 2 (kv, score), rows, width]
+  std::vector<FloatBuffer> index_state_;    // per CSA layer: [slots, 2, rows, index width]
 };
 
 }  // namespace moeserve::cache

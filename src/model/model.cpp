@@ -26,7 +26,9 @@ Model::Model(io::ModelConfig config, ModelWeights weights)
       rope_compress_(config_.rope_compress, config_.rope_dim) {}
 
 cache::KvLayout Model::kv_layout(int64_t speculative_tokens) const {
-  return cache::KvLayout::from_config(config_, int64_t(weights_.mtp.size()), speculative_tokens);
+  // The MTP layer's window ring exists only when it drafts (speculative decoding on).
+  int64_t mtp = speculative_tokens > 0 ? int64_t(weights_.mtp.size()) : 0;
+  return cache::KvLayout::from_config(config_, mtp, speculative_tokens);
 }
 
 Tensor Model::logits_from_hidden(const float* h, int64_t rows, const HcHeadWeights& hc_head, const Tensor& norm,

@@ -1,0 +1,101 @@
+// moeserve serve [--model DIR] [--host H] [--port P] [--profile NAME] ...: the OpenAI-compatible server.
+// With no --model it serves the built-in demo model. Memory is planned by the capacity planner (the same
+// numbers `moeserve plan` prints) and logged at startup.
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+
+#include "cli/command.h"
+#include "core/log.h"
+#include "engine/startup.h"
+#include "model/builtin.h"
+#include "planner/report.h"
+#include "server/http_server.h"
+#include "server/text_decoder.h"
+
+namespace moeserve::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model, host = "127.0.0.1", profile = "cpu", served_model_name, numerics = "reference", device = "cpu";
+  int port = 30000;
+  double memory_gib = 4.0;
+  int64_t max_running_requests = 0, max_batch_tokens = 0, max_model_len = 0, default_max_tokens = 256;
+  int threads = 128;
+};
+
+server::HttpServer* g_server = nullptr;
+void on_signal(int) {
+  if (g_server) g_server->stop();
+}
+
+int run_serve(const ServeArgs& a) {
+  namespace fs = std::filesystem;
+  check(a.device == "cpu", "--device {}: the CUDA backend does not serve yet; use --device cpu", a.device);
+  const std::string dir = a.model.empty() ? model::builtin_model_dir() : a.model;
+  auto model = model::Model::load(dir);
+  std::shared_ptr<const server::Tokenizer> tokenizer;
+  if (fs::exists(fs::path(dir) / "tokenizer.json"))
+    tokenizer = std::make_shared<server::Tokenizer>(server::Tokenizer::load(dir));
+  else
+    spdlog::warn("{} has no tokenizer.json: requests must send token ids", dir);
+
+  engine::StartupOptions startup;
+  startup.profile = a.profile;
+  startup.memory_bytes = int64_t(a.memory_gib * double(1ll << 30));
+  startup.max_running_requests = a.max_running_requests;
+  startup.max_batch_tokens = a.max_batch_tokens;
+  startup.max_model_len = a.max_model_len;
+  startup.numerics = model::Numerics::parse(a.numerics);
+  engine::EnginePlan plan = engine::plan_engine(*model, startup);
+  spdlog::info("memory plan ({} on {}):\n{}", plan.plan.profile.name, plan.plan.device.name,
+               planner::format_plan_text(plan.plan));
+
+  std::shared_ptr<engine::TextDecoderFactory> decoder;
+  if (tokenizer) decoder = std::make_shared<server::TokenizerTextDecoderFactory>(tokenizer);
+  auto eng = std::make_shared<engine::Engine>(model, decoder, plan.options);
+
+  server::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.threads = a.threads;
+  so.model_name = a.served_model_name.empty() ? fs::path(dir).filename().string() : a.served_model_name;
+  if (so.model_name.empty()) so.model_name = "model";
+  so.defaults.chat_max_tokens = a.default_max_tokens;
+  server::HttpServer http(eng, tokenizer, so);
+  http.bind();
+  g_server = &http;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGPIPE, SIG_IGN);
+  spdlog::info("serving '{}' on http://{}:{} ({} slots, {} KV pages = {} tokens, max context {})", so.model_name,
+               a.host, http.port(), plan.options.limits.max_running_requests, plan.options.kv_pages,
+               plan.options.kv_pages * 256, eng->max_model_len());
+  std::cout << "moeserve: listening on http://" << a.host << ":" << http.port() << std::endl;
+  http.serve();
+  g_server = nullptr;
+  spdlog::info("stopped");
+  return 0;
+}
+
+CommandRegistration registration{{"serve", "OpenAI-compatible server (default: the built-in demo model)",
+                                  [](CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  app.add_option("--model", a->model, "model directory (default: the built-in demo model)");
+  app.add_option("--host", a->host, "address to listen on");
+  app.add_option("--port", a->port, "port (0 = any free port, printed at startup)")->check(CLI::Range(0, 65535));
+  app.add_option("--profile", a->profile, "serving profile (profiles/<name>.json)");
+  app.add_option("--device", a->device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--cpu-memory-gib", a->memory_gib, "host memory the CPU engine may plan with")->check(CLI::PositiveNumber);
+  app.add_option("--max-running-requests", a->max_running_requests, "request slots (default: the profile's)");
+  app.add_option("--max-batch-tokens", a->max_batch_tokens, "tokens per engine step (chunked prefill budget)");
+  app.add_option("--max-model-len", a->max_model_len, "longest prompt + max_tokens accepted");
+  app.add_option("--default-max-tokens", a->default_max_tokens, "max_tokens of a chat request that gives none");
+  app.add_option("--served-model-name", a->served_model_name, "model name in the API (default: the directory name)");
+  app.add_option("--numerics", a->numerics, "reference|checkpoint")->check(CLI::IsMember({"reference", "checkpoint"}));
+  app.add_option("--http-threads", a->threads, "HTTP worker threads (each streaming response holds one)");
+  return [a] { return run_serve(*a); };
+}}};
+
+}  // namespace
+}  // namespace moeserve::cli

@@ -1,0 +1,317 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include "core/log.h"
+#include "server/api_error.h"
+#include "server/chat_template.h"
+#include "server/metrics_text.h"
+
+namespace moeserve::server {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// What the engine thread hands to the HTTP thread of one request.
+struct ResponseState {
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<std::string> chunks;  // SSE events ready to send (streaming)
+  std::string text;                // whole output (non-streaming)
+  bool done = false;
+  engine::FinishReason finish = engine::FinishReason::None;
+  std::string error;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+int64_t unix_time() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+json usage_json(int64_t prompt, int64_t completion) {
+  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+}
+
+std::string sse(const json& j);
+
+// JSON text of a response; invalid UTF-8 in strings (say, echoed from a request) becomes U+FFFD.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send_error(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+// Debian's cpp-httplib 0.11 listens with a backlog of 5, so a burst of connections (64 clients at once) gets
+// some refused or reset. Linux lets listen() be called again to change the backlog: find our listening socket
+// by its port and raise it.
+void raise_listen_backlog(int port) {
+  for (int fd = 3; fd < 1024; ++fd) {
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof(addr);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    int bound = addr.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
+                : addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port) : -1;
+    if (bound == port) listen(fd, 1024);
+  }
+}
+
+}  // namespace
+
+HttpServer::HttpServer(std::shared_ptr<engine::Engine> engine, std::shared_ptr<const Tokenizer> tokenizer,
+                       ServerOptions options)
+    : engine_(std::move(engine)), tokenizer_(std::move(tokenizer)), options_(std::move(options)),
+      http_(std::make_unique<httplib::Server>()) {
+  const int threads = options_.threads;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  http_->set_payload_max_length(options_.max_body_bytes);
+  http_->set_keep_alive_max_count(1000);
+  http_->set_read_timeout(30, 0);
+  http_->set_write_timeout(30, 0);
+  install_routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::bind() {
+  if (options_.port == 0) {
+    port_ = http_->bind_to_any_port(options_.host);
+    check(port_ > 0, "cannot bind {} on any port", options_.host);
+  } else {
+    check(http_->bind_to_port(options_.host, options_.port), "cannot listen on {}:{} (in use, or not an address of "
+          "this machine?)", options_.host, options_.port);
+    port_ = options_.port;
+  }
+  raise_listen_backlog(port_);
+}
+
+void HttpServer::serve() { http_->listen_after_bind(); }
+void HttpServer::stop() {
+  if (http_) http_->stop();
+}
+
+void HttpServer::install_routes() {
+  auto& svr = *http_;
+  const std::string model_name = options_.model_name;
+
+  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 413)
+      send_error(res, 413, error_body("invalid_request_error", "the request body is larger than the server accepts",
+                                      "", 413));
+    else if (res.status == 404)
+      send_error(res, 404, error_body("not_found_error", "no route " + req.method + " " + req.path, "", 404));
+    else
+      send_error(res, res.status, error_body("invalid_request_error", "HTTP " + std::to_string(res.status), "", res.status));
+  });
+  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    send_error(res, 500, error_body("internal_server_error", what, "", 500));
+  });
+
+  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump(json{{"status", "ok"}, {"running", engine_->status().running}}), "application/json");
+  });
+  svr.Get("/v1/models", [this, model_name](const httplib::Request&, httplib::Response& res) {
+    json model = {{"id", model_name}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "moeserve"},
+                  {"max_model_len", engine_->max_model_len()}};
+    res.set_content(dump(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
+  });
+  svr.Get("/metrics", [this, model_name](const httplib::Request&, httplib::Response& res) {
+    res.set_content(render_metrics(engine_->status(), engine_->metrics(), model_name), "text/plain; version=0.0.4");
+  });
+
+  auto generate = [this, model_name](ApiKind kind, const httplib::Request& req, httplib::Response& res) {
+    ParsedRequest parsed;
+    std::vector<int32_t> prompt;
+    try {
+      parsed = parse_openai_request(kind, req.body, options_.defaults);
+      if (!parsed.model.empty() && parsed.model != model_name)
+        throw ApiError(404, "not_found_error", "the model '" + parsed.model + "' does not exist (this server serves '" +
+                                                   model_name + "')", "model");
+      if (parsed.prompt_ids) {
+        prompt = *parsed.prompt_ids;
+      } else {
+        if (!tokenizer_) bad_request(kind == ApiKind::Chat ? "messages" : "prompt",
+                                     "this model has no tokenizer: send the prompt as token ids");
+        if (kind == ApiKind::Chat) {
+          ChatTemplateOptions t;
+          t.bos_token = tokenizer_->bos_token();
+          t.add_generation_prompt = true;
+          std::string text;
+          try {
+            text = render_deepseek_chat(parsed.messages, t);
+          } catch (const Error& e) {
+            bad_request("messages", e.what());
+          }
+          prompt = tokenizer_->encode(text, /*add_special_tokens=*/false);
+        } else {
+          try {
+            prompt = tokenizer_->encode(*parsed.prompt_text, /*add_special_tokens=*/true);
+          } catch (const Error& e) {
+            bad_request("prompt", e.what());
+          }
+        }
+      }
+      if (prompt.empty()) bad_request(kind == ApiKind::Chat ? "messages" : "prompt", "the prompt is empty");
+    } catch (const ApiError& e) {
+      send_error(res, e.status(), e.body());
+      return;
+    }
+
+    auto state = std::make_shared<ResponseState>();
+    const bool stream = parsed.stream, include_usage = parsed.include_usage;
+    const std::string id = (kind == ApiKind::Chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+    const int64_t created = unix_time();
+    auto chunk = [kind, id, created, model_name](const std::string& text, const char* finish, bool first) {
+      json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
+      if (kind == ApiKind::Chat) {
+        json delta = json::object();
+        if (first) delta["role"] = "assistant";
+        if (!text.empty() || first) delta["content"] = text;
+        choice["delta"] = delta;
+      } else {
+        choice["text"] = text;
+      }
+      return json{{"id", id}, {"object", kind == ApiKind::Chat ? "chat.completion.chunk" : "text_completion"},
+                  {"created", created}, {"model", model_name}, {"choices", json::array({choice})}};
+    };
+    auto first_chunk_sent = std::make_shared<bool>(false);
+    engine::EventSink sink = [state, stream, include_usage, chunk, first_chunk_sent, kind, id, created,
+                              model_name](const engine::RequestEvent& e) {
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->prompt_tokens = e.prompt_tokens;
+      state->completion_tokens = e.completion_tokens;
+      if (e.finish == engine::FinishReason::Error) {
+        state->error = e.error;
+        state->done = true;
+        if (stream) state->chunks.push_back(sse(error_body("internal_server_error", e.error, "", 500)));
+        state->ready.notify_all();
+        return;
+      }
+      if (stream) {
+        const bool finished = e.finish != engine::FinishReason::None;
+        if (!e.text.empty() || !*first_chunk_sent) {
+          state->chunks.push_back(sse(chunk(e.text, nullptr, !*first_chunk_sent && kind == ApiKind::Chat)));
+          *first_chunk_sent = true;
+        }
+        if (finished) {
+          state->chunks.push_back(sse(chunk("", engine::finish_reason_name(e.finish), false)));
+          if (include_usage)
+            state->chunks.push_back(sse({{"id", id}, {"object", kind == ApiKind::Chat ? "chat.completion.chunk"
+                                                                                      : "text_completion"},
+                                         {"created", created}, {"model", model_name}, {"choices", json::array()},
+                                         {"usage", usage_json(e.prompt_tokens, e.completion_tokens)}}));
+        }
+      } else {
+        state->text += e.text;
+      }
+      if (e.finish != engine::FinishReason::None) {
+        state->finish = e.finish;
+        state->done = true;
+      }
+      state->ready.notify_all();
+    };
+
+    uint64_t request_id = 0;
+    try {
+      request_id = engine_->submit(prompt, parsed.params, sink);
+    } catch (const Error& e) {
+      send_error(res, 400, error_body("invalid_request_error", e.what(), parsed.max_tokens_given ? "max_tokens" : "", 400));
+      return;
+    }
+
+    auto engine = engine_;
+    auto last_write = std::make_shared<Clock::time_point>(Clock::now());
+    auto provider = [state, stream, engine, request_id, last_write, kind, id, created, model_name](
+                        size_t, httplib::DataSink& out) {
+      std::unique_lock<std::mutex> lock(state->mutex);
+      state->ready.wait_for(lock, std::chrono::milliseconds(200), [&] { return !state->chunks.empty() || state->done; });
+      if (stream) {
+        while (!state->chunks.empty()) {
+          std::string c = std::move(state->chunks.front());
+          state->chunks.pop_front();
+          lock.unlock();
+          if (!out.write(c.data(), c.size())) return false;  // client gone: the releaser aborts the request
+          *last_write = Clock::now();
+          lock.lock();
+        }
+        if (state->done) {
+          lock.unlock();
+          static const std::string kDone = "data: [DONE]\n\n";
+          if (!out.write(kDone.data(), kDone.size())) return false;
+          out.done();
+          return true;
+        }
+      } else if (state->done) {
+        std::string body;
+        if (!state->error.empty()) {
+          body = dump(error_body("internal_server_error", state->error, "", 500));
+        } else {
+          json choice = {{"index", 0}, {"logprobs", nullptr},
+                         {"finish_reason", engine::finish_reason_name(state->finish)}};
+          if (kind == ApiKind::Chat)
+            choice["message"] = {{"role", "assistant"}, {"content", state->text}};
+          else
+            choice["text"] = state->text;
+          body = dump(json{{"id", id}, {"object", kind == ApiKind::Chat ? "chat.completion" : "text_completion"},
+                           {"created", created}, {"model", model_name}, {"choices", json::array({choice})},
+                           {"usage", usage_json(state->prompt_tokens, state->completion_tokens)}});
+        }
+        lock.unlock();
+        if (!out.write(body.data(), body.size())) return false;
+        out.done();
+        return true;
+      }
+      if (lock.owns_lock()) lock.unlock();
+      // A keep-alive while waiting: an SSE comment, or JSON-insignificant whitespace before a plain body.
+      // A write to a closed connection fails, which is how a vanished client is noticed.
+      if (Clock::now() - *last_write > std::chrono::seconds(1)) {
+        static const std::string kPing = ": ping\n\n", kSpace = " ";
+        const std::string& p = stream ? kPing : kSpace;
+        if (!out.write(p.data(), p.size())) return false;
+        *last_write = Clock::now();
+      }
+      return true;
+    };
+    auto releaser = [state, engine, request_id](bool success) {
+      bool done;
+      {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        done = state->done;
+      }
+      if (!success || !done) engine->abort(request_id);
+    };
+    if (stream) res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(stream ? "text/event-stream" : "application/json", provider, releaser);
+  };
+
+  svr.Post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) {
+    generate(ApiKind::Completion, req, res);
+  });
+  svr.Post("/v1/chat/completions", [generate](const httplib::Request& req, httplib::Response& res) {
+    generate(ApiKind::Chat, req, res);
+  });
+}
+
+}  // namespace moeserve::server

@@ -1,0 +1,41 @@
+#pragma once
+// Parsing and validating the bodies of POST /v1/completions and /v1/chat/completions into what the engine
+// needs. Every problem is a 400 ApiError naming the field (OpenAI's `param`) and the expectation.
+// Supported: model, prompt (string, token-id array, or a one-element list of either), messages,
+// max_tokens / max_completion_tokens, temperature, top_p, top_k, seed, stop (string or list), stop_token_ids,
+// n = 1, stream, stream_options.include_usage, ignore_eos, skip_special_tokens; presence/frequency penalties
+// only at 0, logprobs not supported (a clear 400 rather than a silently different answer).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/request.h"
+#include "server/chat_message.h"
+
+namespace moeserve::server {
+
+enum class ApiKind { Completion, Chat };
+
+struct ParsedRequest {
+  ApiKind kind = ApiKind::Completion;
+  std::string model;
+  std::optional<std::string> prompt_text;          // completions with a string prompt
+  std::optional<std::vector<int32_t>> prompt_ids;  // completions with token ids
+  std::vector<ChatMessage> messages;               // chat
+  bool max_tokens_given = false;
+  engine::GenerationParams params;
+  bool stream = false;
+  bool include_usage = false;
+};
+
+struct RequestDefaults {
+  int64_t completion_max_tokens = 16;  // OpenAI's default for completions
+  int64_t chat_max_tokens = 256;       // when a chat request gives none
+};
+
+// `body` is the raw request body (invalid JSON / invalid UTF-8 -> 400).
+ParsedRequest parse_openai_request(ApiKind kind, const std::string& body, const RequestDefaults& defaults);
+
+}  // namespace moeserve::server

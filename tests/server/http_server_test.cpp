@@ -1,0 +1,248 @@
+// The OpenAI-compatible server over real HTTP: responses, streaming, stop strings, usage; every kind of bad
+// input gets a 4xx with an OpenAI error object, leaks nothing, and the server keeps serving; a client that
+// disconnects mid-stream frees its request; 64 concurrent streams all complete.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "engine/generate.h"
+#include "server/server_fixture.h"
+
+namespace moeserve {
+namespace {
+
+using nlohmann::json;
+
+class Server : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new testing::LocalServer(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static json post(const std::string& path, const json& body, int* status = nullptr) {
+    auto r = server_->client().Post(path.c_str(), body.dump(), "application/json");
+    EXPECT_TRUE(r) << "no response";
+    if (!r) return {};
+    if (status) *status = r->status;
+    return json::parse(r->body);
+  }
+  // SSE "data:" payloads of a streaming response, [DONE] included.
+  static std::vector<std::string> events(const std::string& path, const json& body) {
+    auto r = server_->client().Post(path.c_str(), body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200);
+    std::vector<std::string> out;
+    if (!r) return out;
+    EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+    std::regex line("data: (.*)");
+    for (std::sregex_iterator it(r->body.begin(), r->body.end(), line), end; it != end; ++it) out.push_back((*it)[1]);
+    return out;
+  }
+  static void expect_no_leak() {
+    server_->engine->wait_idle();
+    auto s = server_->engine->status();
+    EXPECT_EQ(s.running + s.waiting, 0);
+    EXPECT_EQ(s.pages_free, s.pages_total);
+    EXPECT_EQ(s.slots_free, s.slots_total);
+    auto m = server_->client().Get("/metrics");
+    ASSERT_TRUE(m);
+    EXPECT_NE(m->body.find("moeserve_num_requests_running{model_name=\"demo\"} 0"), std::string::npos);
+    EXPECT_NE(m->body.find("moeserve_kv_pages{model_name=\"demo\",pool=\"csa_kv\",state=\"used\"} 0"),
+              std::string::npos);
+  }
+  static std::vector<int32_t> greedy_alone(const std::vector<int32_t>& prompt, int64_t n) {
+    engine::GenerateOptions o;
+    o.max_new_tokens = n;
+    return engine::generate(*server_->model, prompt, o).output_ids;
+  }
+  static testing::LocalServer* server_;
+};
+testing::LocalServer* Server::server_ = nullptr;
+
+TEST_F(Server, HealthAndModels) {
+  auto h = server_->client().Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  auto m = server_->client().Get("/v1/models");
+  ASSERT_TRUE(m);
+  auto j = json::parse(m->body);
+  EXPECT_EQ(j["object"], "list");
+  EXPECT_EQ(j["data"][0]["id"], "demo");
+  EXPECT_EQ(j["data"][0]["max_model_len"], 512);
+}
+
+TEST_F(Server, CompletionIsTheGreedyContinuation) {
+  json body = {{"model", "demo"}, {"prompt", "The old man said that"}, {"max_tokens", 8}, {"temperature", 0},
+               {"ignore_eos", true}};
+  int status = 0;
+  json r = post("/v1/completions", body, &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  auto prompt = server_->tokenizer->encode("The old man said that", true);
+  auto tokens = greedy_alone(prompt, 8);
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["choices"][0]["text"], server_->tokenizer->decode(tokens, true));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(r["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(r["usage"]["total_tokens"], prompt.size() + 8);
+  // Token ids as the prompt give the same.
+  json by_ids = post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}});
+  EXPECT_EQ(by_ids["choices"][0]["text"], r["choices"][0]["text"]);
+  expect_no_leak();
+}
+
+TEST_F(Server, StreamingChatMatchesNonStreaming) {
+  json body = {{"model", "demo"},
+               {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hello!"}}}},
+               {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}};
+  json whole = post("/v1/chat/completions", body);
+  EXPECT_EQ(whole["object"], "chat.completion");
+  EXPECT_EQ(whole["choices"][0]["message"]["role"], "assistant");
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  auto ev = events("/v1/chat/completions", body);
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev.back(), "[DONE]");
+  std::string content;
+  std::string finish;
+  json usage;
+  for (size_t i = 0; i + 1 < ev.size(); ++i) {
+    json c = json::parse(ev[i]);
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    if (c.contains("usage")) {
+      usage = c["usage"];
+      EXPECT_TRUE(c["choices"].empty());
+      continue;
+    }
+    if (i == 0) EXPECT_EQ(c["choices"][0]["delta"]["role"], "assistant");
+    if (c["choices"][0]["delta"].contains("content")) content += c["choices"][0]["delta"]["content"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(content, whole["choices"][0]["message"]["content"]);
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(usage["completion_tokens"], 12);
+  EXPECT_EQ(usage["prompt_tokens"], whole["usage"]["prompt_tokens"]);
+  expect_no_leak();
+}
+
+TEST_F(Server, StopStringEndsTheTextBeforeIt) {
+  json body = {{"prompt", "It was a"}, {"max_tokens", 30}, {"temperature", 0}, {"ignore_eos", true}};
+  std::string full = post("/v1/completions", body)["choices"][0]["text"];
+  ASSERT_GE(full.size(), 6u);
+  std::string stop = full.substr(3, 3);  // a stop string first occurring at byte 3 or earlier
+  size_t first = full.find(stop);
+  body["stop"] = {stop};
+  json r = post("/v1/completions", body);
+  EXPECT_EQ(r["choices"][0]["text"], full.substr(0, first));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  body["stream"] = true;
+  std::string streamed;
+  for (const auto& e : events("/v1/completions", body))
+    if (e != "[DONE]") streamed += json::parse(e)["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(streamed, full.substr(0, first));
+  expect_no_leak();
+}
+
+TEST_F(Server, BadInputGets4xxWithAnErrorObject) {
+  auto expect_error = [](const std::string& path, const std::string& raw, int want_status, const std::string& want) {
+    auto r = server_->client().Post(path.c_str(), raw, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, want_status) << raw << " -> " << r->body;
+    json j = json::parse(r->body);
+    ASSERT_TRUE(j.contains("error")) << r->body;
+    EXPECT_EQ(j["error"]["code"], want_status);
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(want), std::string::npos) << j.dump();
+  };
+  const std::string chat = "/v1/chat/completions", completions = "/v1/completions";
+  expect_error(chat, "{\"messages\": [", 400, "not valid JSON");
+  expect_error(chat, "[1, 2]", 400, "must be a JSON object");
+  expect_error(chat, R"({"model": "demo"})", 400, "'messages' is required");
+  expect_error(chat, R"({"messages": []})", 400, "'messages' must not be empty");
+  expect_error(chat, R"({"messages": "hi"})", 400, "'messages' must be an array");
+  expect_error(chat, R"({"messages": [{"role": "user", "content": 5}]})", 400, "messages[0].content");
+  expect_error(chat, R"({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]})", 404,
+               "the model 'gpt-4' does not exist");
+  expect_error(chat, R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0})", 400,
+               "'max_tokens' must be >= 1");
+  expect_error(chat, R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": -3})", 400,
+               "'max_tokens' must be >= 1");
+  expect_error(chat, R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": "10"})", 400,
+               "'max_tokens' must be an integer");
+  expect_error(chat, R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000})", 400,
+               "maximum context length is 512 tokens");
+  expect_error(chat, R"({"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"})", 400,
+               "'temperature' must be a number");
+  expect_error(chat, R"({"messages": [{"role": "user", "content": "hi"}], "stream": "yes"})", 400,
+               "'stream' must be true or false");
+  expect_error(completions, R"({"prompt": 42})", 400, "'prompt' must be a string");
+  expect_error(completions, R"({"prompt": [1, 99999]})", 400, "outside the vocabulary");
+  std::string long_prompt(6000, 'x');
+  for (size_t i = 0; i < long_prompt.size(); i += 2) long_prompt[i] = ' ';
+  expect_error(completions, json{{"prompt", long_prompt}, {"max_tokens", 5}}.dump(), 400,
+               "maximum context length is 512 tokens");
+  expect_error(completions, std::string("{\"prompt\": \"bad \xff\xfe utf8\"}"), 400, "not valid UTF-8");
+  expect_error(completions, json{{"prompt", std::string(2 << 20, 'a')}}.dump(), 413, "larger than the server accepts");
+  // After all that, nothing leaked and a normal request succeeds.
+  expect_no_leak();
+  int status = 0;
+  json ok = post("/v1/completions", {{"prompt", "Yes"}, {"max_tokens", 2}}, &status);
+  EXPECT_EQ(status, 200) << ok.dump();
+}
+
+// Opens a raw connection, sends a streaming request, reads the first bytes and hangs up.
+void disconnect_mid_stream(int port, const std::string& body) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  std::string req = "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                    "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, req.data(), req.size(), 0), ssize_t(req.size()));
+  char buf[512];
+  ASSERT_GT(recv(fd, buf, sizeof(buf), 0), 0);  // headers and maybe a first chunk
+  close(fd);
+}
+
+TEST_F(Server, ClientDisconnectAbortsTheRequest) {
+  uint64_t before = server_->engine->metrics().requests_aborted.load();
+  disconnect_mid_stream(server_->port(), json{{"prompt", "Once"}, {"max_tokens", 400}, {"stream", true},
+                                              {"ignore_eos", true}}.dump());
+  for (int i = 0; i < 200 && server_->engine->metrics().requests_aborted.load() == before; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(server_->engine->metrics().requests_aborted.load(), before + 1);
+  expect_no_leak();
+  json ok = post("/v1/completions", {{"prompt", "Again"}, {"max_tokens", 2}});
+  EXPECT_EQ(ok["choices"][0]["finish_reason"].is_string(), true);
+}
+
+TEST_F(Server, SixtyFourConcurrentStreamsAllComplete) {
+  std::vector<std::future<std::pair<int, std::string>>> futures;
+  for (int i = 0; i < 64; ++i)
+    futures.push_back(std::async(std::launch::async, [i] {
+      json body = {{"messages", {{{"role", "user"}, {"content", "Tell me about day " + std::to_string(i)}}}},
+                   {"max_tokens", 6}, {"temperature", 0.7}, {"seed", i}, {"ignore_eos", true}, {"stream", true}};
+      auto r = server_->client().Post("/v1/chat/completions", body.dump(), "application/json");
+      return std::make_pair(r ? r->status : -1, r ? r->body : httplib::to_string(r.error()));
+    }));
+  int completed = 0;
+  for (auto& f : futures) {
+    auto [status, body] = f.get();
+    EXPECT_EQ(status, 200) << body;
+    if (body.find("\"finish_reason\":\"length\"") != std::string::npos &&
+        body.find("data: [DONE]") != std::string::npos)
+      ++completed;
+  }
+  EXPECT_EQ(completed, 64);
+  expect_no_leak();
+}
+
+}  // namespace
+}  // namespace moeserve
