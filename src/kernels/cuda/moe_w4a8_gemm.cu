@@ -74,7 +74,7 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
                : "memory");
 }
 __device__ __forceinline__ void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");  // non-.aligned: safe after divergence
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -99,12 +99,14 @@ __device__ __forceinline__ float pow2_e8m0_minus6(uint32_t e) {
   return e >= 7 ? __uint_as_float((e - 6) << 23) : ldexpf(1.0f, int(e) - 133);
 }
 
-// Four e2m1 magnitudes (selectors) + sign bits -> four e4m3 bytes, through the 8-byte table {lo, hi}.
+// Eight e2m1 values of a packed word -> two words of four e4m3 bytes, through the 8-byte table {lo, hi}:
+// five integer-pipe ops (mask, 2 byte permutes, 2 sign merges); the two shifts are done as multiplies so that
+// they issue on the FMA pipe (the integer pipe is what bounds decode).
 __device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t lo, uint32_t hi, uint32_t& r_lo,
                                                uint32_t& r_hi) {
   const uint32_t m = w & 0x77777777u;
   r_lo = __byte_perm(lo, hi, m) | (w & 0x80808080u);
-  r_hi = __byte_perm(lo, hi, m >> 16) | ((w << 4) & 0x80808080u);
+  r_hi = __byte_perm(lo, hi, __umulhi(m, 0x10000u)) | ((w * 16u) & 0x80808080u);
 }
 
 // Table words for table offset u (value v -> v * 2^(u-6)), as base + e * step so that a group computes the
@@ -160,6 +162,7 @@ struct Cfg {
 struct GroupRegs {
   uint32_t a[4][4];  // A fragments of the 4 k-steps
   uint32_t e0, e1;   // the 4 E8M0 bytes of rows r0, r0+8
+  uint32_t emax0, emax1;
   uint32_t stage, gin;
   bool wide;
 };
@@ -283,7 +286,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   // Load + convert group `gi` of the current item into `gr` (waits for the stage when gi starts a chunk).
   auto load_group = [&](int gi, const uint64_t* flags_row, GroupRegs& gr) {
     const int gin = gi % G;
-    if (gin == 0) mbar_wait(&full_bar[ld_stage], ld_phase);
+    if (gin == 0) {
+      mbar_wait(&full_bar[ld_stage], ld_phase);
+      __syncwarp();  // reconverge after the spin: wgmma is .sync.aligned
+    }
     gr.stage = ld_stage;
     gr.gin = gin;
     gr.wide = (flags_row[gi >> 6] >> (gi & 63)) & 1;
@@ -293,28 +299,33 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     const uint4 q1 = *reinterpret_cast<const uint4*>(chunk + 2048 + tid * 16);
     gr.e0 = *reinterpret_cast<const uint32_t*>(chunk + pack::kChunkWeightBytes + 4 * r0);
     gr.e1 = *reinterpret_cast<const uint32_t*>(chunk + pack::kChunkWeightBytes + 4 * (r0 + 8));
-    uint32_t blo0, bhi0, blo1, bhi1, slo0, shi0, slo1, shi1;
-    if (!gr.wide) {
+    // Table of block j: base + e_j * step, with e_j replicated into all four bytes by one byte permute
+    // (rep = e_j * 0x01010101: rep * 8 = e_j * kLutHiStep, rep * 0x800 = e_j * kLutLoStep mod 2^32).
+    uint32_t blo0, bhi0, blo1, bhi1, mlo, mhi;
+    {
       const uint32_t m0 = __vmaxu4(gr.e0, gr.e0 >> 16), m1 = __vmaxu4(gr.e1, gr.e1 >> 16);
-      const uint32_t emax0 = max(m0 & 0xff, (m0 >> 8) & 0xff), emax1 = max(m1 & 0xff, (m1 >> 8) & 0xff);
-      blo0 = kLutLo0 + (12u - emax0) * kLutLoStep;
-      bhi0 = kLutHi0 + (12u - emax0) * kLutHiStep;
-      blo1 = kLutLo0 + (12u - emax1) * kLutLoStep;
-      bhi1 = kLutHi0 + (12u - emax1) * kLutHiStep;
-      slo0 = kLutLoStep, shi0 = kLutHiStep, slo1 = kLutLoStep, shi1 = kLutHiStep;
+      gr.emax0 = max(m0 & 0xff, (m0 >> 8) & 0xff);
+      gr.emax1 = max(m1 & 0xff, (m1 >> 8) & 0xff);
+    }
+    if (!gr.wide) {
+      blo0 = kLutLo0 + (12u - gr.emax0) * kLutLoStep;
+      bhi0 = kLutHi0 + (12u - gr.emax0) * kLutHiStep;
+      blo1 = kLutLo0 + (12u - gr.emax1) * kLutLoStep;
+      bhi1 = kLutHi0 + (12u - gr.emax1) * kLutHiStep;
+      mlo = 0x800u, mhi = 8u;
     } else {  // each block relative to its own exponent: u = 12
       blo0 = blo1 = kLutLo0 + 12u * kLutLoStep;
       bhi0 = bhi1 = kLutHi0 + 12u * kLutHiStep;
-      slo0 = shi0 = slo1 = shi1 = 0;
+      mlo = mhi = 0;
     }
     const uint32_t words[2][4] = {{q0.x, q0.y, q0.z, q0.w}, {q1.x, q1.y, q1.z, q1.w}};
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       const uint32_t w_r0 = words[ks >> 1][(ks & 1) * 2 + 0];
       const uint32_t w_r1 = words[ks >> 1][(ks & 1) * 2 + 1];
-      const uint32_t x0 = (gr.e0 >> (8 * ks)) & 0xff, x1 = (gr.e1 >> (8 * ks)) & 0xff;
-      e2m1x8_to_e4m3(w_r0, blo0 + x0 * slo0, bhi0 + x0 * shi0, gr.a[ks][0], gr.a[ks][2]);
-      e2m1x8_to_e4m3(w_r1, blo1 + x1 * slo1, bhi1 + x1 * shi1, gr.a[ks][1], gr.a[ks][3]);
+      const uint32_t x0 = __byte_perm(gr.e0, 0, 0x1111u * ks), x1 = __byte_perm(gr.e1, 0, 0x1111u * ks);
+      e2m1x8_to_e4m3(w_r0, blo0 + x0 * mlo, bhi0 + x0 * mhi, gr.a[ks][0], gr.a[ks][2]);
+      e2m1x8_to_e4m3(w_r1, blo1 + x1 * mlo, bhi1 + x1 * mhi, gr.a[ks][1], gr.a[ks][3]);
     }
     if (gin == G - 1) {
       if (++ld_stage == S) {
@@ -371,14 +382,11 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   auto finish_group = [&](const GroupRegs& gr) {
     wgmma_wait_all();
     fence_operands(tmp);
-    if (!gr.wide) {
-      const uint32_t m0 = __vmaxu4(gr.e0, gr.e0 >> 16), m1 = __vmaxu4(gr.e1, gr.e1 >> 16);
-      const uint32_t emax0 = max(m0 & 0xff, (m0 >> 8) & 0xff), emax1 = max(m1 & 0xff, (m1 >> 8) & 0xff);
-      promote(sa_ptr(gr), pow2_e8m0_minus6(emax0), pow2_e8m0_minus6(emax1));
-    }
+    if (!gr.wide) promote(sa_ptr(gr), pow2_e8m0_minus6(gr.emax0), pow2_e8m0_minus6(gr.emax1));
     if (gr.gin == G - 1) {  // the stage's last group: activations, scales and weights all read
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty_bar[rel_stage]);
+      __syncwarp();
       if (++rel_stage == S) rel_stage = 0;
     }
   };
@@ -447,6 +455,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
         *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + (row_base + tok) * p.N + col0 + c) = packed;
       }
     }
+    __syncwarp();  // the store loops diverge; the next item starts with .aligned wgmma instructions
   }
 }
 

@@ -297,6 +297,54 @@ void check_gemm(const char* name, int E, int N, int K, std::vector<int> counts, 
   }
 }
 
+// Layout probe: one nonzero weight at (n0, k0); token m sees only k in [32m, 32m + 32). The output must be
+// nonzero at exactly (m = k0 / 32, n = n0); where it lands otherwise tells which mapping is off.
+TEST(MoeW4A8Gpu, GemmLayoutProbe) {
+  SKIP_WITHOUT_GPU();
+  const int E = 1, N = 128, K = 256, M = 8;
+  const int probes[][2] = {{0, 0}, {9, 37}, {17, 100}, {63, 255}, {64, 130}, {127, 201}, {40, 20}, {88, 236}};
+  std::vector<uint8_t> a(size_t(M) * K, 0);
+  for (int m = 0; m < M; ++m)
+    for (int k = 32 * m; k < 32 * m + 32; ++k) a[size_t(m) * K + k] = f32_to_fp8_e4m3(1.0f);
+  const int sa_ld = M;
+  std::vector<float> sa(size_t(K / 128) * sa_ld, 1.0f);
+  DevBuf<uint8_t> da(a);
+  DevBuf<float> dsa(sa);
+  DevBuf<int> dcounts(std::vector<int>{M});
+  DevBuf<float> y(size_t(M) * N);
+  for (const auto& pr : probes) {
+    const int n0 = pr[0], k0 = pr[1];
+    std::vector<uint8_t> w(size_t(N) * K / 2, 0), sw(size_t(N) * K / 32, 127);
+    w[size_t(n0) * K / 2 + k0 / 2] = uint8_t(0x4 << ((k0 & 1) * 4));  // 2.0
+    std::vector<uint8_t> packed(ref::moe_w4a8_packed_expert_bytes(N, K));
+    std::vector<uint64_t> flags(ref::moe_w4a8_flag_expert_words(N, K));
+    ref::moe_w4a8_pack_expert(w.data(), sw.data(), N, K, packed.data(), flags.data());
+    DevBuf<uint8_t> dw(packed);
+    DevBuf<uint64_t> df(flags);
+    for (int cfg = 0; cfg < cuda::moe_w4a8_config_count(); ++cfg) {
+      y.poison();
+      ASSERT_EQ(cuda::moe_grouped_gemm_w4a8_contiguous({dw.p, df.p, E, N, K}, {da.p, dsa.p, M, sa_ld}, dcounts.p, y.p,
+                                                       cuda::MoeOutType::F32, M, cfg, nullptr),
+                cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> g = y.download();
+      std::string where;
+      int nonzero = 0;
+      for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) {
+          const float v = g[size_t(m) * N + n];
+          if (v != 0.0f) {
+            ++nonzero;
+            if (where.size() < 200) where += " (m" + std::to_string(m) + ",n" + std::to_string(n) + ")=" + std::to_string(v);
+          }
+        }
+      const bool ok = nonzero == 1 && g[size_t(k0 / 32) * N + n0] == 2.0f;
+      EXPECT_TRUE(ok) << "probe (n" << n0 << ", k" << k0 << ") config " << cuda::moe_w4a8_config(cfg).name
+                      << ": want (m" << k0 / 32 << ",n" << n0 << ")=2, got" << where;
+    }
+  }
+}
+
 TEST(MoeW4A8Gpu, GemmProW13) {
   SKIP_WITHOUT_GPU();
   check_gemm("pro_w13", 6, 6144, 7168, {0, 1, 5, 33, 0, 17}, 0);
