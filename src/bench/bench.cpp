@@ -16,6 +16,7 @@
 #include "bench/sweep.h"
 #include "bench/tokenizer_codec.h"
 #include "core/error.h"
+#include "model/builtin.h"
 
 namespace moeserve::bench {
 namespace {
@@ -30,9 +31,20 @@ void raise_open_file_limit() {
   }
 }
 
-std::string tokenizer_path(const BenchOptions& o) {
+// --tokenizer, else --model when it is a local path, else the built-in demo model's directory when
+// the server serves it under its directory name (what `moeserve serve` without --model does).
+std::string tokenizer_path(const BenchOptions& o, const std::string& served_model, std::ostream& out) {
   if (!o.tokenizer.empty()) return o.tokenizer;
   if (!o.model.empty() && std::filesystem::exists(o.model)) return o.model;
+  try {
+    const std::string demo = model::builtin_model_dir();
+    if (served_model == std::filesystem::path(demo).filename().string()) {
+      out << "Using the tokenizer of the built-in demo model (" << demo << ") for '" << served_model << "'\n";
+      return demo;
+    }
+  } catch (const Error&) {
+    // No built-in model installed: the caller reports the missing tokenizer if the dataset needs one.
+  }
   return {};
 }
 
@@ -103,7 +115,7 @@ int run_bench(const BenchOptions& o, std::ostream& out, const std::atomic<bool>*
   }
 
   std::unique_ptr<TokenCodec> codec;
-  if (const std::string path = tokenizer_path(o); !path.empty()) codec = load_token_codec(path);
+  if (const std::string path = tokenizer_path(o, model, out); !path.empty()) codec = load_token_codec(path);
   const std::vector<Prompt> prompts = build_dataset(o, codec.get(), out);
   out.flush();
 
