@@ -83,7 +83,7 @@ ForwardResult Model::forward(cache::KvCache& cache, const std::vector<ForwardReq
   ctx.tokens = T;
   for (int64_t l = 0; l < c.num_layers; ++l) run_block(ctx, l, c.layers[size_t(l)], weights_.layers[size_t(l)], h.f32());
 
-  // Rows that need logits.
+  // Rows that need logits (and, for MTP drafting, their final hc streams).
   ForwardResult result;
   std::vector<int64_t> rows;
   bool keep_hidden = false;

@@ -23,6 +23,15 @@ struct ForwardRequest {
   bool keep_hidden = false;         // keep the final hc streams of the logit rows (for MTP drafting)
 };
 
+// One sequence's chunk for the MTP layer: at positions start_pos.., the main model's final hc streams h
+// [n, hc, D] at those positions and the NEXT tokens (token at position + 1). Predicts the token at position + 2.
+struct MtpRequest {
+  cache::SequenceKv* seq = nullptr;
+  int64_t start_pos = 0;
+  std::span<const int32_t> next_tokens;
+  const float* h = nullptr;  // [n, hc, D]
+};
+
 struct ForwardResult {
   Tensor logits;                     // [rows, vocab] fp32
   std::vector<int64_t> first_row;    // per request: its first row in `logits`
@@ -45,6 +54,11 @@ class Model {
 
   ForwardResult forward(cache::KvCache& cache, const std::vector<ForwardRequest>& requests,
                         const Numerics& numerics) const;
+
+  // The MTP layer (mtp.0) over a batch of chunks: logits for every row and the block's output hc streams
+  // (the `h` of a chained draft step). Its window KV lives in the cache layer after the main layers.
+  ForwardResult mtp_forward(cache::KvCache& cache, const std::vector<MtpRequest>& requests,
+                            const Numerics& numerics) const;
 
   // Final norm + head for rows of collapsed hidden states [rows, D] (shared by the main model and MTP).
   Tensor logits_from_hidden(const float* hidden_streams, int64_t rows, const HcHeadWeights& hc_head,

@@ -56,6 +56,48 @@ TEST_F(DemoModel, LogitsMatchOracle) {
   EXPECT_LE(worst_lp, 1e-3) << "max |log p(next) - oracle| over all 299 positions";
 }
 
+TEST_F(DemoModel, MtpLogitsMatchTheTrainingScriptsForward) {
+  // The MTP layer at position t reads the main model's final hc streams at t and token t+1 (no HF oracle
+  // exists for MTP; the reference is the training script's own forward, tools/train_demo_model.py).
+  auto oracle = io::Checkpoint::open_files({testing::fixture("models/demo_oracle.safetensors")});
+  const Tensor& input = oracle.get("input_ids").tensor;
+  const Tensor& positions = oracle.get("mtp_positions").tensor;
+  const Tensor& logits = oracle.get("mtp_logits").tensor;
+  const Tensor& logprob = oracle.get("mtp_logprob").tensor;
+  const int64_t vocab = model_->config().vocab_size, n = input.numel();
+  auto ids = ids_of(input, 0, n);
+  ASSERT_TRUE(model_->has_mtp());
+  cache::KvCache cache(model_->kv_layout(/*speculative_tokens=*/4), 1, 4);
+  auto seq = cache.open_sequence();
+  ASSERT_TRUE(cache.reserve(seq, n));
+  model::ForwardRequest main;
+  main.seq = &seq;
+  main.tokens = std::span<const int32_t>(ids);
+  main.all_logits = true;
+  main.keep_hidden = true;
+  auto main_out = model_->forward(cache, {main}, model::Numerics::reference());
+  seq.length = n;
+  model::MtpRequest mtp;
+  mtp.seq = &seq;
+  mtp.start_pos = 0;
+  mtp.next_tokens = std::span<const int32_t>(ids.data() + 1, size_t(n - 1));
+  mtp.h = main_out.hidden.f32();
+  auto out = model_->mtp_forward(cache, {mtp}, model::Numerics::reference());
+  ASSERT_EQ(out.logits.dim(0), n - 1);
+  float worst = 0;
+  for (int64_t i = 0; i < positions.numel(); ++i) {
+    int64_t p = positions.data<int64_t>()[i];
+    for (int64_t v = 0; v < vocab; ++v)
+      worst = std::max(worst, std::fabs(out.logits.f32()[p * vocab + v] - logits.f32()[i * vocab + v]));
+  }
+  EXPECT_LE(worst, 1e-3f) << "max |MTP logit - reference|";
+  double worst_lp = 0;
+  for (int64_t t = 0; t + 2 < n; ++t)
+    worst_lp = std::max(worst_lp, std::fabs(log_prob(out.logits.f32() + t * vocab, vocab, ids[size_t(t + 2)]) -
+                                            double(logprob.f32()[t])));
+  EXPECT_LE(worst_lp, 1e-3) << "max |MTP log p(token t+2) - reference|";
+}
+
 TEST_F(DemoModel, HeldOutWindowNllMatchesOracle) {
   // Two 512-token windows of the held-out stream (the whole set is a benchmark: bench/demo_perplexity.cpp).
   auto heldout = io::Checkpoint::open_files({testing::fixture("models/demo_heldout.safetensors")});
