@@ -77,11 +77,16 @@ PostProcessor PostProcessor::from_json(const nlohmann::json& post_processor, con
   add_processor(post_processor, "post_processor", result);  // validated even when the config overrides it
   if (config && (config->contains("add_bos_token") || config->contains("add_eos_token"))) {
     result = {};
-    if (json_bool(*config, "add_bos_token", false, "tokenizer_config.json")) {
+    const auto flag = [&](const char* field) {
+      const auto& value = json_field(*config, field);
+      check(value.is_null() || value.is_boolean(), "tokenizer_config.json: {}: expected a boolean", field);
+      return value.is_boolean() && value.get<bool>();
+    };
+    if (flag("add_bos_token")) {
       check(bos.has_value(), "tokenizer_config.json: add_bos_token is true but bos_token is missing or not a token");
       result.prefix.push_back(*bos);
     }
-    if (json_bool(*config, "add_eos_token", false, "tokenizer_config.json")) {
+    if (flag("add_eos_token")) {
       check(eos.has_value(), "tokenizer_config.json: add_eos_token is true but eos_token is missing or not a token");
       result.suffix.push_back(*eos);
     }

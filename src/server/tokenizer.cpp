@@ -81,7 +81,12 @@ Tokenizer Tokenizer::load_files(const std::filesystem::path& tokenizer_json,
     return build(parsed.document, tokenizer_config ? &config : nullptr, parsed.vocab ? &*parsed.vocab : nullptr,
                  parsed.merges ? &*parsed.merges : nullptr);
   } catch (const Error& e) {
-    fail("{}: {}", tokenizer_json.string(), e.what());
+    // Config errors name the config file, the others tokenizer.json.
+    const std::string_view message = e.what();
+    constexpr std::string_view kConfig = "tokenizer_config.json: ";
+    if (tokenizer_config && message.starts_with(kConfig))
+      fail("{}: {}", tokenizer_config->string(), message.substr(kConfig.size()));
+    fail("{}: {}", tokenizer_json.string(), message);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: unexpected JSON structure: {}", tokenizer_json.string(), e.what());
   }
@@ -98,11 +103,11 @@ Tokenizer Tokenizer::build(const nlohmann::json& tokenizer, const nlohmann::json
   check(tokenizer.contains("model"), "model: missing (expected an HF tokenizer.json)");
   check(config == nullptr || config->is_object(), "tokenizer_config.json: expected a JSON object");
   Tokenizer tok;
+  const auto& model = tokenizer["model"];
+  BpeModel::check_supported(model);
   check_normalizer(json_field(tokenizer, "normalizer"), "normalizer");
   check_decoder(json_field(tokenizer, "decoder"));
   // The lists not streamed out of the document by parse_tokenizer_json are read from it.
-  const auto& model = tokenizer["model"];
-  BpeModel::check_supported(model);
   VocabList dom_vocab;
   MergeList dom_merges;
   if (vocab == nullptr) vocab = &BpeModel::read_vocab(json_field(model, "vocab"), dom_vocab);

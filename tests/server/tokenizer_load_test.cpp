@@ -144,7 +144,10 @@ TEST(TokenizerLoad, ErrorsNameTheFileAndField) {
   write(gpt2_style_tokenizer().dump());
   std::ofstream(dir / "tokenizer_config.json") << "{\"bos_token\": \"<nope>\"}";
   EXPECT_EQ(error_of([&] { Tokenizer::load(dir); }),
-            path.string() + ": tokenizer_config.json: bos_token \"<nope>\" is not a token");
+            (dir / "tokenizer_config.json").string() + ": bos_token \"<nope>\" is not a token");
+  std::ofstream(dir / "tokenizer_config.json") << "{\"add_bos_token\": \"yes\"}";
+  EXPECT_EQ(error_of([&] { Tokenizer::load(dir); }),
+            (dir / "tokenizer_config.json").string() + ": add_bos_token: expected a boolean");
   std::ofstream(dir / "tokenizer_config.json") << "[1,";
   EXPECT_EQ(error_of([&] { Tokenizer::load(dir); }).rfind((dir / "tokenizer_config.json").string() + ": invalid JSON:", 0),
             0u);
