@@ -36,7 +36,7 @@ int heuristic(int rows) {
                      : rows <= 16 ? "bn16_wg1_g2_s4"
                      : rows <= 32 ? "bn32_wg2_g2_s7"
                      : rows <= 64 ? "bn64_wg2_g1_s8"
-                                  : "bn128_wg2_g1_s6";
+                                  : "bn128_wg2_g1_s5";
   return config_by_name(name);
 }
 

@@ -142,7 +142,11 @@ struct Cfg {
           ? 232
           : ((kEntryRegs * kThreads - kProducerRegs * 128) / (128 * WG)) / 8 * 8;
   static constexpr int kActBytes = G * BN * 128;                       // multiple of 1024
-  static constexpr int kSaBytes = ((G * BN * 4 + 127) / 128) * 128;
+  // Token scales: the TMA box starts at the tile's first row rounded down to 4 floats (a tensor copy's
+  // innermost start must be 16-byte aligned; an unaligned one faults with an illegal instruction), so each
+  // group's row holds BN + 4 floats and the tile starts at (row0 & 3).
+  static constexpr int kSaPitch = BN + 4;
+  static constexpr int kSaBytes = ((G * kSaPitch * 4 + 127) / 128) * 128;
   static constexpr int kWBytes = WG * G * pack::kChunkBytes;
   static constexpr int kStageBytes = ((kActBytes + kSaBytes + kWBytes + 1023) / 1024) * 1024;
   static constexpr int kStagePitch = 68;                               // floats per staged token row (64 + 4)
@@ -236,7 +240,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     int stage = 0;
     uint32_t phase = 0;
     int e = 0;
-    constexpr uint32_t kTxBytes = uint32_t(G * BN * 128 + G * BN * 4 + WG * G * pack::kChunkBytes);
+    constexpr uint32_t kTxBytes = uint32_t(G * BN * 128 + G * C::kSaPitch * 4 + WG * G * pack::kChunkBytes);
     for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
       while (it >= item_start[e + 1]) ++e;
       const int ntt = (cnt[e] + BN - 1) / BN;
@@ -250,7 +254,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
         mbar_arrive_expect_tx(&full_bar[stage], kTxBytes);
 #pragma unroll
         for (int gi = 0; gi < G; ++gi) tma_load_2d(st + gi * BN * 128, &tmap_a, &full_bar[stage], (kc * G + gi) * 128, row0);
-        tma_load_2d(st + C::kActBytes, &tmap_sa, &full_bar[stage], row0, kc * G);
+        tma_load_2d(st + C::kActBytes, &tmap_sa, &full_bar[stage], row0 & ~3, kc * G);
 #pragma unroll
         for (int w = 0; w < WG; ++w) {
           const size_t chunk = size_t(nbt * WG + w) * NG + size_t(kc) * G;
@@ -338,15 +342,17 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   auto act_desc = [&](const GroupRegs& gr) {
     return sw128_desc(smem_addr(stages + gr.stage * C::kStageBytes + gr.gin * BN * 128));
   };
+  int sa_off = 0;  // the current tile's first token inside the 16-byte-aligned scale box
   auto sa_ptr = [&](const GroupRegs& gr) {
-    return reinterpret_cast<const float*>(stages + gr.stage * C::kStageBytes + C::kActBytes) + gr.gin * BN;
+    return reinterpret_cast<const float*>(stages + gr.stage * C::kStageBytes + C::kActBytes) + gr.gin * C::kSaPitch +
+           sa_off;
   };
 
   // acc += tmp * s_row * sa[token]
   auto promote = [&](const float* sa, float s0, float s1) {
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i) {
-      const float2 sc = *reinterpret_cast<const float2*>(sa + 8 * i + 2 * t4);
+      const float2 sc = make_float2(sa[8 * i + 2 * t4], sa[8 * i + 2 * t4 + 1]);
       acc[4 * i + 0] = fmaf(tmp[4 * i + 0], s0 * sc.x, acc[4 * i + 0]);
       acc[4 * i + 1] = fmaf(tmp[4 * i + 1], s0 * sc.y, acc[4 * i + 1]);
       acc[4 * i + 2] = fmaf(tmp[4 * i + 2], s1 * sc.x, acc[4 * i + 2]);
@@ -399,6 +405,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     const int nbt = local / ntt, tt = local % ntt;
     const int nb = nbt * WG + wg;
     const int m_valid = min(BN, cnt[e] - tt * BN);
+    sa_off = (row_start[e] + tt * BN) & 3;
     const uint64_t* flags_row = p.flags + (size_t(e) * (p.N / 64) + nb) * p.flag_words;
 
 #pragma unroll
@@ -495,7 +502,7 @@ bool make_maps(const MoeW4A8Input& in, int K, int bn, int g, CUtensorMap* ma, CU
   {
     cuuint64_t dims[2] = {cuuint64_t(in.sa_ld), cuuint64_t(K / 128)};
     cuuint64_t strides[1] = {cuuint64_t(in.sa_ld) * 4};
-    cuuint32_t box[2] = {cuuint32_t(bn), cuuint32_t(g)};
+    cuuint32_t box[2] = {cuuint32_t(bn + 4), cuuint32_t(g)};  // Cfg::kSaPitch
     cuuint32_t estr[2] = {1, 1};
     if (enc(msa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(in.sa), dims, strides, box, estr,
             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
@@ -546,7 +553,7 @@ const Launcher kLaunchers[] = {
     make_launcher<Cfg<8, 1, 2, 5, 3>>("bn8_wg1_g2_s5"),    make_launcher<Cfg<16, 1, 2, 4, 3>>("bn16_wg1_g2_s4"),
     make_launcher<Cfg<32, 1, 2, 5, 2>>("bn32_wg1_g2_s5"),  make_launcher<Cfg<16, 2, 2, 8, 1>>("bn16_wg2_g2_s8"),
     make_launcher<Cfg<32, 2, 2, 7, 1>>("bn32_wg2_g2_s7"),  make_launcher<Cfg<64, 2, 1, 8, 1>>("bn64_wg2_g1_s8"),
-    make_launcher<Cfg<128, 2, 1, 6, 1>>("bn128_wg2_g1_s6"),
+    make_launcher<Cfg<128, 2, 1, 5, 1>>("bn128_wg2_g1_s5"),
 };
 constexpr int kNumConfigs = int(sizeof(kLaunchers) / sizeof(kLaunchers[0]));
 
