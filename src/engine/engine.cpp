@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/log.h"
+#include "engine/speculative.h"
 
 namespace moeserve::engine {
 
@@ -32,12 +33,18 @@ Engine::Engine(std::shared_ptr<const model::Model> model, std::shared_ptr<const 
     : model_(std::move(model)),
       decoder_(std::move(decoder)),
       options_(options),
-      cache_(model_->kv_layout(), options.limits.max_running_requests, options.kv_pages),
-      scheduler_(cache_, options.limits) {
+      cache_(model_->kv_layout(options.speculative_steps > 0 ? options.speculative_steps + 1 : 0),
+             options.limits.max_running_requests, options.kv_pages),
+      scheduler_(cache_, options.limits, options.speculative_steps > 0 ? options.speculative_steps + 1 : 0) {
   check(options.limits.max_batch_tokens >= 1, "max batch tokens must be >= 1");
+  check(options.speculative_steps >= 0 && options.speculative_steps <= 16,
+        "--speculative-num-steps must be between 1 and 16, got {}", options.speculative_steps);
+  check(options.speculative_steps == 0 || model_->has_mtp(),
+        "speculative decoding with MTP needs the checkpoint's mtp.0.* weights, which this model does not have");
   const int64_t capacity = options.kv_pages * cache_.layout().page_tokens;
   max_model_len_ = options.max_model_len > 0 ? options.max_model_len : model_->config().max_position_embeddings;
-  max_model_len_ = std::min(max_model_len_, capacity);
+  const int64_t headroom = options.speculative_steps > 0 ? options.speculative_steps + 1 : 0;
+  max_model_len_ = std::min(max_model_len_, capacity - headroom);
   check(max_model_len_ > 0, "the KV cache holds no tokens ({} pages)", options.kv_pages);
   status_ = compute_status();
   thread_ = std::thread([this] { loop(); });
@@ -59,7 +66,7 @@ uint64_t Engine::submit(std::vector<int32_t> prompt, GenerationParams params, Ev
     check(prompt[i] >= 0 && prompt[i] < c.vocab_size, "prompt token {} at index {} is outside the vocabulary [0, {})",
           prompt[i], i, c.vocab_size);
   check(params.max_tokens >= 1, "max_tokens must be at least 1, got {}", params.max_tokens);
-  const int64_t total = int64_t(prompt.size()) + params.max_tokens;
+  const int64_t total = int64_t(prompt.size()) + params.max_tokens;  // verify headroom is the engine's own
   check(total <= max_model_len_,
         "this model's maximum context length is {} tokens; the prompt has {} tokens and max_tokens is {} ({} in "
         "total)",
@@ -115,6 +122,7 @@ EngineStatus Engine::compute_status() const {
   s.pages_total = cache_.pages_total();
   s.pages_free = cache_.pages_free();
   s.page_tokens = cache_.layout().page_tokens;
+  s.speculative_steps = options_.speculative_steps;
   return s;
 }
 
@@ -153,6 +161,8 @@ void Engine::emit(Request& r, std::vector<int32_t> tokens, FinishReason finish) 
   e.finish = finish;
   e.prompt_tokens = int64_t(r.prompt.size());
   e.completion_tokens = int64_t(r.output.size());
+  e.spec_verify_steps = r.spec_verify_steps;
+  e.spec_accepted_tokens = r.spec_accepted;
   // Hold back a tail that could be the start of a stop string, until the request finishes.
   size_t holdback = 0;
   for (const auto& s : r.params.stop_strings) holdback = std::max(holdback, s.size() - 1);
@@ -174,13 +184,27 @@ void Engine::finish(uint64_t id) {
 
 void Engine::step() {
   scheduler_.admit();
-  std::vector<BatchItem> batch = scheduler_.next_batch();
-  if (batch.empty()) return;
+  std::vector<BatchItem> all = scheduler_.next_batch();
+  if (all.empty()) return;
   metrics_.steps++;
+  const bool spec = options_.speculative_steps > 0;
+  // With speculative decoding, decoding requests go through draft + verify (speculative_step); the normal
+  // forward carries prefill chunks only.
+  std::vector<BatchItem> batch;
+  std::vector<Request*> decoding;
+  for (const BatchItem& item : all) {
+    if (spec && item.begin < 0)
+      decoding.push_back(item.request);
+    else
+      batch.push_back(item);
+  }
+  std::vector<uint64_t> finished;
   std::vector<model::ForwardRequest> forward;
   for (const BatchItem& item : batch) {
     model::ForwardRequest f;
     f.seq = &item.request->seq;
+    f.all_logits = spec;   // the MTP drafter needs the target's streams at every prompt position
+    f.keep_hidden = spec;
     if (item.begin >= 0)
       f.tokens = std::span<const int32_t>(item.request->prompt.data() + item.begin, size_t(item.count));
     else
@@ -189,7 +213,7 @@ void Engine::step() {
   }
   model::ForwardResult result;
   try {
-    result = model_->forward(cache_, forward, options_.numerics);
+    if (!forward.empty()) result = model_->forward(cache_, forward, options_.numerics);
   } catch (const std::exception& e) {
     spdlog::error("forward failed for a batch of {} requests: {}", batch.size(), e.what());
     for (const BatchItem& item : batch) {
@@ -206,56 +230,162 @@ void Engine::step() {
   }
 
   const int64_t vocab = model_->config().vocab_size;
-  std::vector<uint64_t> finished;
   for (size_t i = 0; i < batch.size(); ++i) {
     Request& r = *batch[i].request;
     r.seq.length += batch[i].count;
     if (batch[i].begin >= 0) r.prefilled += batch[i].count;
     r.pending.reset();
+    if (spec) {
+      // Keep the target's streams of every prompt position for the first MTP draft step.
+      const int64_t rows = result.row_count[i], width = model_->config().hc_mult * model_->config().hidden_size;
+      const float* h = result.hidden.f32() + result.first_row[i] * width;
+      r.mtp_hidden.insert(r.mtp_hidden.end(), h, h + rows * width);
+    }
     if (r.prefilling()) continue;  // more prompt to go: nothing to sample yet
 
     const float* logits = result.logits.f32() + (result.first_row[i] + result.row_count[i] - 1) * vocab;
-    int32_t token = sample_token(logits, vocab, r.params.sampling, r.rng);
-    auto now = Clock::now();
-    if (!r.first_token_time) {
-      r.first_token_time = now;
-      metrics_.ttft.observe(seconds(now - r.arrival));
-    } else {
-      metrics_.tpot.observe(seconds(now - r.last_token_time));
-    }
-    r.last_token_time = now;
-    r.output.push_back(token);
-    metrics_.generation_tokens++;
+    FinishReason reason = accept_token(r, sample_token(logits, vocab, r.params.sampling, r.rng));
+    emit(r, {r.output.back()}, reason);
+    if (reason != FinishReason::None) finished.push_back(r.id);
+  }
+  if (!decoding.empty()) speculative_step(decoding, finished);
+  for (uint64_t id : finished) finish(id);
+}
 
-    FinishReason reason = FinishReason::None;
-    bool stop_string = false;
-    const auto& stops = r.params.stop_token_ids;
-    bool stop_token = std::find(stops.begin(), stops.end(), token) != stops.end();
-    if (r.decoder && !stop_token) r.text += r.decoder->push(token);
-    if (stop_token) reason = FinishReason::Stop;
-    if (reason == FinishReason::None && !r.params.stop_strings.empty()) {
-      size_t best = std::string::npos;
-      for (const auto& s : r.params.stop_strings) {
-        size_t from = r.streamed > s.size() ? r.streamed - s.size() : 0;
-        size_t at = r.text.find(s, from);
-        if (at != std::string::npos) best = std::min(best, at);
-      }
-      if (best != std::string::npos) {
-        r.text.resize(best);  // the output ends before the stop string
-        reason = FinishReason::Stop;
-        stop_string = true;
-      }
+FinishReason Engine::accept_token(Request& r, int32_t token) {
+  auto now = Clock::now();
+  if (!r.first_token_time) {
+    r.first_token_time = now;
+    metrics_.ttft.observe(seconds(now - r.arrival));
+  } else {
+    metrics_.tpot.observe(seconds(now - r.last_token_time));
+  }
+  r.last_token_time = now;
+  r.output.push_back(token);
+  metrics_.generation_tokens++;
+
+  FinishReason reason = FinishReason::None;
+  bool stop_string = false;
+  const auto& stops = r.params.stop_token_ids;
+  const bool stop_token = std::find(stops.begin(), stops.end(), token) != stops.end();
+  if (r.decoder && !stop_token) r.text += r.decoder->push(token);
+  if (stop_token) reason = FinishReason::Stop;
+  if (reason == FinishReason::None && !r.params.stop_strings.empty()) {
+    size_t best = std::string::npos;
+    for (const auto& s : r.params.stop_strings) {
+      size_t from = r.streamed > s.size() ? r.streamed - s.size() : 0;
+      size_t at = r.text.find(s, from);
+      if (at != std::string::npos) best = std::min(best, at);
     }
-    if (reason == FinishReason::None && int64_t(r.output.size()) >= r.params.max_tokens) reason = FinishReason::Length;
-    if (reason != FinishReason::None && !stop_string && r.decoder) r.text += r.decoder->flush();
-    if (reason == FinishReason::None) r.pending = token;
-    emit(r, {token}, reason);
-    if (reason != FinishReason::None) {
-      (reason == FinishReason::Stop ? metrics_.requests_finished_stop : metrics_.requests_finished_length)++;
-      finished.push_back(r.id);
+    if (best != std::string::npos) {
+      r.text.resize(best);  // the output ends before the stop string
+      reason = FinishReason::Stop;
+      stop_string = true;
     }
   }
-  for (uint64_t id : finished) finish(id);
+  if (reason == FinishReason::None && int64_t(r.output.size()) >= r.params.max_tokens) reason = FinishReason::Length;
+  if (reason != FinishReason::None && !stop_string && r.decoder) r.text += r.decoder->flush();
+  if (reason == FinishReason::None) r.pending = token;
+  if (reason != FinishReason::None)
+    (reason == FinishReason::Stop ? metrics_.requests_finished_stop : metrics_.requests_finished_length)++;
+  return reason;
+}
+
+void Engine::speculative_step(const std::vector<Request*>& requests, std::vector<uint64_t>& finished) {
+  const io::ModelConfig& c = model_->config();
+  const int64_t k = options_.speculative_steps, vocab = c.vocab_size, width = c.hc_mult * c.hidden_size;
+  const size_t n = requests.size();
+  std::vector<std::vector<int32_t>> drafts(n);
+  std::vector<std::vector<int32_t>> next(n);
+  try {
+    // 1. MTP over the positions whose target streams arrived since the last round (exact MTP KV), the last of
+    //    which drafts the first token.
+    std::vector<model::MtpRequest> extend(n);
+    for (size_t i = 0; i < n; ++i) {
+      Request& r = *requests[i];
+      const int64_t L = r.seq.length;
+      for (int64_t q = r.mtp_pos; q < L; ++q) next[i].push_back(r.token_at(q + 1));
+      extend[i] = {&r.seq, r.mtp_pos, std::span<const int32_t>(next[i]), r.mtp_hidden.data()};
+    }
+    model::ForwardResult out = model_->mtp_forward(cache_, extend, options_.numerics);
+    std::vector<float> chain(n * size_t(width));
+    std::vector<int32_t> chain_token(n);
+    auto take = [&](const model::ForwardResult& o) {
+      for (size_t i = 0; i < n; ++i) {
+        const int64_t last = o.first_row[i] + o.row_count[i] - 1;
+        const float* row = o.logits.f32() + last * vocab;
+        chain_token[i] = int32_t(std::max_element(row, row + vocab) - row);
+        drafts[i].push_back(chain_token[i]);
+        std::copy_n(o.hidden.f32() + last * width, width, chain.begin() + int64_t(i) * width);
+      }
+    };
+    take(out);
+    for (size_t i = 0; i < n; ++i) {
+      requests[i]->mtp_pos = requests[i]->seq.length;
+      requests[i]->mtp_hidden.clear();
+    }
+    // 2. Chained draft steps: the MTP block's own output streams stand in for the target's.
+    for (int64_t j = 1; j < k; ++j) {
+      std::vector<model::MtpRequest> step(n);
+      for (size_t i = 0; i < n; ++i)
+        step[i] = {&requests[i]->seq, requests[i]->seq.length + j - 1, std::span<const int32_t>(&chain_token[i], 1),
+                   chain.data() + int64_t(i) * width};
+      take(model_->mtp_forward(cache_, step, options_.numerics));
+    }
+    // 3. One target forward verifies [pending, d1..dk] of every request.
+    std::vector<std::vector<int32_t>> verify(n);
+    std::vector<model::ForwardRequest> forward(n);
+    for (size_t i = 0; i < n; ++i) {
+      verify[i].push_back(*requests[i]->pending);
+      verify[i].insert(verify[i].end(), drafts[i].begin(), drafts[i].end());
+      forward[i].seq = &requests[i]->seq;
+      forward[i].tokens = std::span<const int32_t>(verify[i]);
+      forward[i].all_logits = true;
+      forward[i].keep_hidden = true;
+    }
+    model::ForwardResult target = model_->forward(cache_, forward, options_.numerics);
+
+    // 4. Accept, emit, commit.
+    for (size_t i = 0; i < n; ++i) {
+      Request& r = *requests[i];
+      std::vector<int32_t> emitted = verify_drafts(target.logits.f32() + target.first_row[i] * vocab, vocab,
+                                                   drafts[i], r.params.sampling, r.rng);
+      const uint64_t accepted = emitted.size() - 1;
+      r.spec_verify_steps++;
+      r.spec_accepted += accepted;
+      metrics_.spec_verify_steps++;
+      metrics_.spec_draft_tokens += uint64_t(k);
+      metrics_.spec_accepted_tokens += accepted;
+      metrics_.spec_accept_histogram[std::min<size_t>(accepted, 16)]++;
+      // Positions L .. L + |emitted| - 1 now hold real tokens (the pending one and the accepted drafts);
+      // everything the verify wrote past them is dead: the next round overwrites it.
+      const int64_t L = r.seq.length, fed = int64_t(emitted.size());
+      r.mtp_hidden.assign(target.hidden.f32() + target.first_row[i] * width,
+                          target.hidden.f32() + (target.first_row[i] + fed) * width);
+      r.seq.length = L + fed;
+      r.pending.reset();
+      std::vector<int32_t> sent;
+      FinishReason reason = FinishReason::None;
+      for (int32_t token : emitted) {  // no token past a stop or max_tokens
+        reason = accept_token(r, token);
+        sent.push_back(token);
+        if (reason != FinishReason::None) break;
+      }
+      emit(r, sent, reason);
+      if (reason != FinishReason::None) finished.push_back(r.id);
+    }
+  } catch (const std::exception& e) {
+    spdlog::error("speculative step failed for {} requests: {}", n, e.what());
+    for (Request* r : requests) {
+      RequestEvent ev;
+      ev.finish = FinishReason::Error;
+      ev.error = std::string("internal error: ") + e.what();
+      ev.prompt_tokens = int64_t(r->prompt.size());
+      if (r->sink) r->sink(ev);
+      metrics_.requests_failed++;
+      finished.push_back(r->id);
+    }
+  }
 }
 
 }  // namespace moeserve::engine

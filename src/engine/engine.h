@@ -23,6 +23,7 @@ struct EngineOptions {
   int64_t kv_pages = 0;     // from the capacity plan
   int64_t max_model_len = 0;  // prompt + max_tokens limit (0: the model's max_position_embeddings)
   model::Numerics numerics;
+  int64_t speculative_steps = 0;  // MTP draft steps per verify (0: no speculative decoding)
 };
 
 class Engine {
@@ -51,6 +52,10 @@ class Engine {
   void loop();
   void step();
   void emit(Request& r, std::vector<int32_t> tokens, FinishReason finish);
+  // Appends a sampled token, checks stop tokens/strings and max_tokens; returns why the request ends, if it does.
+  FinishReason accept_token(Request& r, int32_t token);
+  // One speculative round (MTP drafts + one target verify) for decoding requests.
+  void speculative_step(const std::vector<Request*>& requests, std::vector<uint64_t>& finished);
   void finish(uint64_t id);
 
   std::shared_ptr<const model::Model> model_;

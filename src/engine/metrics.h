@@ -34,6 +34,9 @@ struct EngineMetrics {
   std::atomic<uint64_t> requests_finished_stop{0}, requests_finished_length{0}, requests_aborted{0},
       requests_failed{0};
   std::atomic<uint64_t> steps{0};
+  // Speculative decoding: verify steps, drafts proposed / accepted, and accepted drafts per verify (0..k).
+  std::atomic<uint64_t> spec_verify_steps{0}, spec_draft_tokens{0}, spec_accepted_tokens{0};
+  std::array<std::atomic<uint64_t>, 17> spec_accept_histogram{};
   Histogram ttft{{0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram tpot{{0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
   Histogram e2e{{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
@@ -45,6 +48,7 @@ struct EngineStatus {
   int64_t slots_total = 0, slots_free = 0;
   int64_t pages_total = 0, pages_free = 0;
   int64_t page_tokens = 256;
+  int64_t speculative_steps = 0;
   bool alive = true;
 };
 

@@ -36,6 +36,9 @@ struct RequestEvent {
   std::string error;               // when finish == Error
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;   // so far
+  // Speculative decoding: target verify steps and accepted draft tokens so far (0 when off).
+  uint64_t spec_verify_steps = 0;
+  uint64_t spec_accepted_tokens = 0;
 };
 using EventSink = std::function<void(const RequestEvent&)>;
 
@@ -59,6 +62,17 @@ struct Request {
   size_t streamed = 0;                // bytes of `text` already sent
   std::optional<Clock::time_point> first_token_time;
   Clock::time_point last_token_time;
+
+  // Speculative decoding (MTP): the target's final hc streams for positions [mtp_pos, mtp_pos + rows) whose
+  // MTP KV entries are not yet computed (they are, exactly, at the next draft step).
+  int64_t mtp_pos = 0;
+  std::vector<float> mtp_hidden;
+  uint64_t spec_verify_steps = 0, spec_accepted = 0;
+
+  // Token at `position` of prompt + output.
+  int32_t token_at(int64_t position) const {
+    return position < int64_t(prompt.size()) ? prompt[size_t(position)] : output[size_t(position - int64_t(prompt.size()))];
+  }
 
   bool prefilling() const { return prefilled < int64_t(prompt.size()); }
   int64_t total_tokens() const { return int64_t(prompt.size()) + params.max_tokens; }

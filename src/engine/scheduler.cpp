@@ -9,9 +9,10 @@ namespace moeserve::engine {
 void Scheduler::admit() {
   while (!waiting_.empty() && int64_t(running_.size()) < limits_.max_running_requests) {
     Request& r = *waiting_.front();
-    if (!cache_.can_admit(r.total_tokens())) break;
+    const int64_t tokens = r.total_tokens() + headroom_;
+    if (!cache_.can_admit(tokens)) break;
     r.seq = cache_.open_sequence();
-    check(cache_.reserve(r.seq, r.total_tokens()), "internal: admitted request {} but its pages did not fit", r.id);
+    check(cache_.reserve(r.seq, tokens), "internal: admitted request {} but its pages did not fit", r.id);
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }

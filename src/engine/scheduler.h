@@ -28,7 +28,9 @@ struct BatchItem {
 
 class Scheduler {
  public:
-  Scheduler(cache::KvCache& cache, SchedulerLimits limits) : cache_(cache), limits_(limits) {}
+  // headroom: tokens a step may write past a request's last position (speculative verify), reserved too.
+  Scheduler(cache::KvCache& cache, SchedulerLimits limits, int64_t headroom = 0)
+      : cache_(cache), limits_(limits), headroom_(headroom) {}
 
   void add(std::unique_ptr<Request> request) { waiting_.push_back(std::move(request)); }
   // Moves admissible requests to running (opens their sequences and reserves pages).
@@ -44,6 +46,7 @@ class Scheduler {
  private:
   cache::KvCache& cache_;
   SchedulerLimits limits_;
+  int64_t headroom_ = 0;
   std::deque<std::unique_ptr<Request>> waiting_;
   std::vector<std::unique_ptr<Request>> running_;
 };
