@@ -7,7 +7,11 @@
 
 #include "cli/command.h"
 #include "cli/parse.h"
+#include <future>
+
+#include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/startup.h"
 #include "io/safetensors.h"
 #include "model/builtin.h"
 #include "model/model.h"
@@ -22,7 +26,44 @@ struct GenerateArgs {
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool ignore_eos = false;
+  std::string speculative_algorithm;
+  int64_t speculative_steps = 3;
 };
+
+// Speculative decoding runs in the batched engine (one request here).
+engine::GenerateResult generate_speculative(std::shared_ptr<model::Model> model, const std::vector<int32_t>& prompt,
+                                            const engine::GenerateOptions& o, int64_t steps, nlohmann::json* stats) {
+  engine::StartupOptions startup;
+  startup.memory_bytes = 1ll << 30;
+  startup.max_running_requests = 1;
+  startup.numerics = o.numerics;
+  startup.speculative_steps = steps;
+  engine::EnginePlan plan = engine::plan_engine(*model, startup);
+  engine::Engine eng(model, nullptr, plan.options);
+  engine::GenerationParams params;
+  params.sampling = o.sampling;
+  params.seed = o.seed;
+  params.max_tokens = o.max_new_tokens;
+  params.ignore_eos = o.stop_token_ids.empty();
+  std::promise<engine::GenerateResult> done;
+  auto result = std::make_shared<engine::GenerateResult>();
+  std::string error;
+  eng.submit(prompt, params, [&, result](const engine::RequestEvent& e) {
+    result->output_ids.insert(result->output_ids.end(), e.token_ids.begin(), e.token_ids.end());
+    (*stats)["spec_verify_steps"] = e.spec_verify_steps;
+    (*stats)["spec_accepted_tokens"] = e.spec_accepted_tokens;
+    if (e.finish == engine::FinishReason::None) return;
+    if (e.finish == engine::FinishReason::Error) error = e.error;
+    result->finish_reason = engine::finish_reason_name(e.finish);
+    done.set_value(*result);
+  });
+  engine::GenerateResult r = done.get_future().get();
+  check(error.empty(), "{}", error);
+  uint64_t steps_done = (*stats)["spec_verify_steps"];
+  if (steps_done)
+    (*stats)["spec_accept_length"] = double(r.output_ids.size()) / double(steps_done);
+  return r;
+}
 
 int run_generate(const GenerateArgs& a) {
   namespace fs = std::filesystem;
@@ -54,7 +95,15 @@ int run_generate(const GenerateArgs& a) {
   o.keep_logits = !a.dump_logits.empty();
   o.numerics = model::Numerics::parse(a.numerics);
   if (!a.ignore_eos) o.stop_token_ids = model->config().eos_token_ids;
-  engine::GenerateResult r = engine::generate(*model, prompt, o);
+  nlohmann::json spec_stats;
+  engine::GenerateResult r;
+  if (a.speculative_algorithm.empty()) {
+    r = engine::generate(*model, prompt, o);
+  } else {
+    check(a.speculative_algorithm == "mtp", "--speculative-algorithm '{}' (expected 'mtp')", a.speculative_algorithm);
+    check(a.dump_logits.empty(), "--dump-logits is not available with speculative decoding");
+    r = generate_speculative(model, prompt, o, a.speculative_steps, &spec_stats);
+  }
 
   if (!a.dump_logits.empty()) io::save_safetensors(a.dump_logits, {{"logits", r.logits}});
   nlohmann::json out;
@@ -62,6 +111,7 @@ int run_generate(const GenerateArgs& a) {
   out["prompt_tokens"] = prompt.size();
   out["finish_reason"] = r.finish_reason;
   if (tokenizer) out["text"] = tokenizer->decode(r.output_ids, /*skip_special_tokens=*/true);
+  if (!spec_stats.is_null()) out["speculative"] = spec_stats;
   std::cout << out.dump() << "\n";
   return 0;
 }
@@ -81,6 +131,8 @@ CommandRegistration registration{{"generate", "generate tokens with the referenc
   app.add_option("--numerics", a->numerics, "reference|checkpoint")->check(CLI::IsMember({"reference", "checkpoint"}));
   app.add_option("--prefill-chunk", a->prefill_chunk, "prefill in chunks of this many tokens (0 = all at once)");
   app.add_flag("--ignore-eos", a->ignore_eos, "do not stop at the end-of-sequence token");
+  app.add_option("--speculative-algorithm", a->speculative_algorithm, "speculative decoding: mtp (off when absent)");
+  app.add_option("--speculative-num-steps", a->speculative_steps, "MTP draft steps per verify")->check(CLI::Range(1, 16));
   return [a] { return run_generate(*a); };
 }}};
 

@@ -22,6 +22,8 @@ struct ServeArgs {
   double memory_gib = 4.0;
   int64_t max_running_requests = 0, max_batch_tokens = 0, max_model_len = 0, default_max_tokens = 256;
   int threads = 128;
+  std::string speculative_algorithm;
+  int64_t speculative_steps = 3;
 };
 
 server::HttpServer* g_server = nullptr;
@@ -47,6 +49,10 @@ int run_serve(const ServeArgs& a) {
   startup.max_batch_tokens = a.max_batch_tokens;
   startup.max_model_len = a.max_model_len;
   startup.numerics = model::Numerics::parse(a.numerics);
+  if (!a.speculative_algorithm.empty()) {
+    check(a.speculative_algorithm == "mtp", "--speculative-algorithm '{}' (expected 'mtp')", a.speculative_algorithm);
+    startup.speculative_steps = a.speculative_steps;
+  }
   engine::EnginePlan plan = engine::plan_engine(*model, startup);
   spdlog::info("memory plan ({} on {}):\n{}", plan.plan.profile.name, plan.plan.device.name,
                planner::format_plan_text(plan.plan));
@@ -94,6 +100,9 @@ CommandRegistration registration{{"serve", "OpenAI-compatible server (default: t
   app.add_option("--served-model-name", a->served_model_name, "model name in the API (default: the directory name)");
   app.add_option("--numerics", a->numerics, "reference|checkpoint")->check(CLI::IsMember({"reference", "checkpoint"}));
   app.add_option("--http-threads", a->threads, "HTTP worker threads (each streaming response holds one)");
+  app.add_option("--speculative-algorithm", a->speculative_algorithm, "speculative decoding: mtp (off when absent)");
+  app.add_option("--speculative-num-steps", a->speculative_steps, "MTP draft steps per verify (with mtp)")
+      ->check(CLI::Range(1, 16));
   return [a] { return run_serve(*a); };
 }}};
 

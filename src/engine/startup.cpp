@@ -19,6 +19,7 @@ EnginePlan plan_engine(const model::Model& model, const StartupOptions& o) {
   e.kv_pages = result.plan.pages_per_rank;
   e.max_model_len = o.max_model_len;
   e.numerics = o.numerics;
+  e.speculative_steps = o.speculative_steps;
   return result;
 }
 

@@ -16,6 +16,7 @@ struct StartupOptions {
   int64_t max_batch_tokens = 0;      // 0: the profile's chunked_prefill_size
   int64_t max_model_len = 0;         // 0: the model's (capped by the KV capacity)
   model::Numerics numerics;
+  int64_t speculative_steps = 0;     // MTP draft steps (0: off)
 };
 
 struct EnginePlan {

@@ -32,14 +32,20 @@ struct ResponseState {
   engine::FinishReason finish = engine::FinishReason::None;
   std::string error;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  uint64_t spec_verify_steps = 0;
 };
 
 int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-json usage_json(int64_t prompt, int64_t completion) {
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+json usage_json(int64_t prompt, int64_t completion, uint64_t spec_steps = 0) {
+  json u = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  if (spec_steps > 0) {  // speculative decoding: verify steps and tokens per step (SGLang's accept length)
+    u["spec_verify_steps"] = spec_steps;
+    u["spec_accept_length"] = double(completion) / double(spec_steps);
+  }
+  return u;
 }
 
 std::string sse(const json& j);
@@ -137,6 +143,19 @@ void HttpServer::install_routes() {
                   {"max_model_len", engine_->max_model_len()}};
     res.set_content(dump(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
   });
+  // SGLang's server-info endpoint, where bench_serving reads the speculative accept length.
+  svr.Get("/get_server_info", [this, model_name](const httplib::Request&, httplib::Response& res) {
+    const auto& m = engine_->metrics();
+    const double steps = double(m.spec_verify_steps.load());
+    json state = {{"avg_spec_accept_length",
+                   steps > 0 ? json((double(m.spec_accepted_tokens.load()) + steps) / steps) : json(nullptr)}};
+    res.set_content(dump(json{{"model_path", model_name},
+                              {"speculative_algorithm", engine_->options().speculative_steps > 0 ? json("MTP") : json(nullptr)},
+                              {"speculative_num_steps", engine_->options().speculative_steps},
+                              {"max_total_num_tokens", engine_->status().pages_total * engine_->status().page_tokens},
+                              {"internal_states", json::array({state})}}),
+                    "application/json");
+  });
   svr.Get("/metrics", [this, model_name](const httplib::Request&, httplib::Response& res) {
     res.set_content(render_metrics(engine_->status(), engine_->metrics(), model_name), "text/plain; version=0.0.4");
   });
@@ -202,6 +221,7 @@ void HttpServer::install_routes() {
       std::lock_guard<std::mutex> lock(state->mutex);
       state->prompt_tokens = e.prompt_tokens;
       state->completion_tokens = e.completion_tokens;
+      state->spec_verify_steps = e.spec_verify_steps;
       if (e.finish == engine::FinishReason::Error) {
         state->error = e.error;
         state->done = true;
@@ -221,7 +241,7 @@ void HttpServer::install_routes() {
             state->chunks.push_back(sse({{"id", id}, {"object", kind == ApiKind::Chat ? "chat.completion.chunk"
                                                                                       : "text_completion"},
                                          {"created", created}, {"model", model_name}, {"choices", json::array()},
-                                         {"usage", usage_json(e.prompt_tokens, e.completion_tokens)}}));
+                                         {"usage", usage_json(e.prompt_tokens, e.completion_tokens, e.spec_verify_steps)}}));
         }
       } else {
         state->text += e.text;
@@ -276,7 +296,7 @@ void HttpServer::install_routes() {
             choice["text"] = state->text;
           body = dump(json{{"id", id}, {"object", kind == ApiKind::Chat ? "chat.completion" : "text_completion"},
                            {"created", created}, {"model", model_name}, {"choices", json::array({choice})},
-                           {"usage", usage_json(state->prompt_tokens, state->completion_tokens)}});
+                           {"usage", usage_json(state->prompt_tokens, state->completion_tokens, state->spec_verify_steps)}});
         }
         lock.unlock();
         if (!out.write(body.data(), body.size())) return false;

@@ -59,6 +59,22 @@ std::string render_metrics(const engine::EngineStatus& s, const engine::EngineMe
   counter(out, "moeserve_request_failed_total", "Requests that failed inside the engine.", model,
           double(m.requests_failed.load()));
   counter(out, "moeserve_engine_steps_total", "Engine steps (batched forwards).", model, double(m.steps.load()));
+  if (s.speculative_steps > 0) {
+    const double steps = double(m.spec_verify_steps.load()), drafts = double(m.spec_draft_tokens.load()),
+                 accepted = double(m.spec_accepted_tokens.load());
+    counter(out, "moeserve_spec_verify_steps_total", "Speculative verify steps (per request).", model, steps);
+    counter(out, "moeserve_spec_draft_tokens_total", "Draft tokens proposed by the MTP layer.", model, drafts);
+    counter(out, "moeserve_spec_accepted_tokens_total", "Draft tokens accepted by the target.", model, accepted);
+    gauge(out, "moeserve_spec_acceptance_rate", "Accepted / proposed draft tokens.", model,
+          drafts > 0 ? accepted / drafts : 0.0);
+    gauge(out, "moeserve_spec_mean_accept_length", "Tokens emitted per verify step (accepted drafts + 1).", model,
+          steps > 0 ? (accepted + steps) / steps : 0.0);
+    out += "# HELP moeserve_spec_accept_length_count Verify steps by number of accepted drafts.\n"
+           "# TYPE moeserve_spec_accept_length_count counter\n";
+    for (int64_t a = 0; a <= s.speculative_steps && a < int64_t(m.spec_accept_histogram.size()); ++a)
+      out += fmt::format("moeserve_spec_accept_length_count{} {}\n",
+                         labels(model, fmt::format("accepted=\"{}\"", a)), m.spec_accept_histogram[size_t(a)].load());
+  }
   histogram(out, "moeserve_time_to_first_token_seconds", "Time to first token.", model, m.ttft.snapshot());
   histogram(out, "moeserve_time_per_output_token_seconds", "Time between output tokens.", model, m.tpot.snapshot());
   histogram(out, "moeserve_e2e_request_latency_seconds", "End-to-end request latency.", model, m.e2e.snapshot());

@@ -21,7 +21,7 @@ struct LocalServer {
   std::unique_ptr<server::HttpServer> http;
   std::thread thread;
 
-  explicit LocalServer(int64_t max_running_requests = 16, size_t max_body = 1 << 20) {
+  explicit LocalServer(int64_t max_running_requests = 16, size_t max_body = 1 << 20, int64_t speculative_steps = 0) {
     const std::string dir = source_dir() + "/models/demo";
     model = model::Model::load(dir);
     tokenizer = std::make_shared<server::Tokenizer>(server::Tokenizer::load(dir));
@@ -29,6 +29,7 @@ struct LocalServer {
     so.memory_bytes = 256ll << 20;
     so.max_running_requests = max_running_requests;
     so.max_model_len = 512;
+    so.speculative_steps = speculative_steps;
     auto plan = engine::plan_engine(*model, so);
     engine = std::make_shared<engine::Engine>(model, std::make_shared<server::TokenizerTextDecoderFactory>(tokenizer),
                                               plan.options);
