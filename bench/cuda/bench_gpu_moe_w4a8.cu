@@ -28,6 +28,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <random>
 #include <string>
 #include <vector>
@@ -169,8 +170,6 @@ struct LtPeer {
   cublasLtHandle_t h = nullptr;
   void* workspace = nullptr;
   size_t ws_bytes = 64 << 20;
-  int mode = -1;  // 0: A = weights (128x128 scales), B = activations (1x128); 1: swapped; -1: unsupported
-  std::map<std::pair<int, int>, cublasLtMatmulAlgo_t> algos;  // (n, K) -> algo
   std::string note;
 
   LtPeer() {
@@ -205,57 +204,78 @@ struct LtPeer {
     return true;
   }
 
-  // Enqueue the per-expert GEMMs for `counts` (rows grouped contiguously in x).
+  // Plan for one expert GEMM of n token rows: the operand order that has an algorithm, padding n up to 16
+  // then 128 rows if the library has none for n itself (decode peers then compute a few extra columns, with the
+  // same weight bytes). Cached per (n, N, K). The first run on the H200 found no algorithm for n = 1 in either
+  // order; this per-shape retry has not run on the GPU yet.
+  struct Plan {
+    int mode = -1, n_eff = 0;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  std::map<std::tuple<int, int, int>, Plan> plans;
+  Plan plan_for(int N, int n, int K) {
+    auto key = std::make_tuple(n, N, K);
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+    Plan pl;
+    for (int n_eff : {n, (n + 15) / 16 * 16, (n + 127) / 128 * 128}) {
+      for (int m : {0, 1}) {
+        cublasLtMatmulDesc_t op;
+        cublasLtMatrixLayout_t la, lb, ld;
+        cublasLtMatmulAlgo_t algo;
+        const bool ok = setup(N, n_eff, K, m, &op, &la, &lb, &ld, &algo);
+        cublasLtMatmulDescDestroy(op);
+        cublasLtMatrixLayoutDestroy(la);
+        cublasLtMatrixLayoutDestroy(lb);
+        cublasLtMatrixLayoutDestroy(ld);
+        if (ok) {
+          pl.mode = m;
+          pl.n_eff = n_eff;
+          pl.algo = algo;
+          break;
+        }
+      }
+      if (pl.mode >= 0) break;
+    }
+    if (pl.mode < 0) note = "cuBLASLt: no block-scaled FP8 algorithm (BLK128x128 x VEC128) for some expert shapes";
+    else if (pl.n_eff != n) note = "cuBLASLt: some expert GEMMs padded to " + std::to_string(pl.n_eff) + " rows";
+    plans[key] = pl;
+    return pl;
+  }
+
+  // Enqueue the per-expert GEMMs for `counts` (rows grouped contiguously in x; x, xscale and y must hold
+  // 128 rows of slack past the last expert for padded plans). False when some expert had no algorithm.
   bool enqueue(const std::vector<int>& counts, int N, int K, const uint8_t* w8, const float* wscale, const uint8_t* x,
                const float* xscale, void* y, cudaStream_t stream) {
     if (!h) return false;
     size_t row = 0;
+    bool all = true;
     for (size_t e = 0; e < counts.size(); ++e) {
       const int n = counts[e];
       if (n == 0) continue;
+      const Plan pl = plan_for(N, n, K);
+      if (pl.mode < 0) {
+        all = false;
+        row += n;
+        continue;
+      }
       cublasLtMatmulDesc_t op;
       cublasLtMatrixLayout_t la, lb, ld;
       cublasLtMatmulAlgo_t algo;
-      bool ok = false;
-      if (mode < 0) {
-        for (int m : {0, 1})
-          if (setup(N, n, K, m, &op, &la, &lb, &ld, &algo)) {
-            mode = m;
-            ok = true;
-            break;
-          } else {
-            cublasLtMatmulDescDestroy(op);
-            cublasLtMatrixLayoutDestroy(la);
-            cublasLtMatrixLayoutDestroy(lb);
-            cublasLtMatrixLayoutDestroy(ld);
-          }
-        if (!ok) {
-          mode = -2;
-          note = "cuBLASLt: no algorithm for block-scaled FP8 (BLK128x128 x VEC128) on this GPU";
-          return false;
-        }
-      } else if (mode == -2) {
-        return false;
-      } else {
-        ok = setup(N, n, K, mode, &op, &la, &lb, &ld, &algo);
-        if (!ok) {
-          note = "cuBLASLt: no algorithm for n=" + std::to_string(n);
-          return false;
-        }
-      }
+      setup(N, pl.n_eff, K, pl.mode, &op, &la, &lb, &ld, &algo);
       const uint8_t* we = w8 + e * size_t(N) * K;
       const float* wse = wscale + e * size_t((N + 127) / 128) * ((K + 127) / 128);
       const uint8_t* xe = x + row * K;
       const float* xse = xscale + row * size_t(K / 128);
       void* ye = static_cast<uint16_t*>(y) + row * size_t(N);
-      const void* A = mode == 0 ? static_cast<const void*>(we) : xe;
-      const void* B = mode == 0 ? static_cast<const void*>(xe) : we;
-      const float* As = mode == 0 ? wse : xse;
-      const float* Bs = mode == 0 ? xse : wse;
+      const void* A = pl.mode == 0 ? static_cast<const void*>(we) : xe;
+      const void* B = pl.mode == 0 ? static_cast<const void*>(xe) : we;
+      const float* As = pl.mode == 0 ? wse : xse;
+      const float* Bs = pl.mode == 0 ? xse : wse;
       cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &As, sizeof(As));
       cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &Bs, sizeof(Bs));
       const float alpha = 1.0f, beta = 0.0f;
-      cublasStatus_t st = cublasLtMatmul(h, op, &alpha, A, la, B, lb, &beta, ye, ld, ye, ld, &algo, workspace,
+      cublasStatus_t st = cublasLtMatmul(h, op, &alpha, A, la, B, lb, &beta, ye, ld, ye, ld, &pl.algo, workspace,
                                          ws_bytes, stream);
       cublasLtMatmulDescDestroy(op);
       cublasLtMatrixLayoutDestroy(la);
@@ -267,7 +287,7 @@ struct LtPeer {
       }
       row += n;
     }
-    return true;
+    return all;
   }
 };
 
@@ -352,14 +372,15 @@ int main(int argc, char** argv) {
         const int cap = T;
         const int rows = decode ? E * cap : T * kTopk;
         const int sa_ld = (rows + 3) / 4 * 4;
-        uint8_t* a = dalloc<uint8_t>(size_t(rows) * K);
+        uint8_t* a = dalloc<uint8_t>(size_t(rows + 128) * K);  // +128 rows: slack for padded peer GEMMs
         float* sa = dalloc<float>(size_t(K / 128) * sa_ld);
-        uint16_t* y = dalloc<uint16_t>(size_t(rows) * N);
-        fill_bytes(a, size_t(rows) * K, 5 + T, 0xbf);
+        uint16_t* y = dalloc<uint16_t>(size_t(rows + 128) * N);
+        fill_bytes(a, size_t(rows + 128) * K, 5 + T, 0xbf);
         fill_float(sa, size_t(K / 128) * sa_ld, 0.125f);
         // peer activation scales [rows][K/128] (VEC128) for the grouped rows
-        float* xscale = dalloc<float>(size_t(T) * kTopk * (K / 128) + 1024);
-        fill_float(xscale, size_t(T) * kTopk * (K / 128) + 1024, 0.125f);
+        const size_t xscale_n = (size_t(T) * kTopk + 128) * (K / 128);
+        float* xscale = dalloc<float>(xscale_n);
+        fill_float(xscale, xscale_n, 0.125f);
         cuda::MoeW4A8Input in{a, sa, rows, sa_ld};
         const int expected = std::max(1, (T * kTopk + E - 1) / E);
         for (int zipf = 0; zipf < 2; ++zipf) {
