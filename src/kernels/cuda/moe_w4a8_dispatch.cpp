@@ -1,6 +1,7 @@
 // The checked-in tile-config dispatch table of the W4A8 grouped GEMM (no tuning at serve time).
 // Keyed by (GPU name, E, N, K, expected rows per active expert); the rows buckets come from top-6 routing of
 // uniform and Zipf token->expert distributions (the tuner's --tune mode; see docs/benchmarks/moe-w4a8.md).
+#include <climits>
 #include <cstring>
 #include <string>
 
