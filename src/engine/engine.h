@@ -46,6 +46,7 @@ class Engine {
   const model::Model& model() const { return *model_; }
   const EngineOptions& options() const { return options_; }
   int64_t max_model_len() const { return max_model_len_; }
+  int64_t kv_cache_bytes() const { return cache_.bytes(); }
 
  private:
   EngineStatus compute_status() const;  // engine thread only
