@@ -61,9 +61,11 @@ bool StreamTimer::on_message(std::string_view payload, double t) {
     error_ = "error in stream: " + message;
     return false;
   }
-  if (auto tokens = completion_tokens(body)) usage_tokens_ = tokens;
+  const auto chunk_tokens = completion_tokens(body);
+  if (chunk_tokens) usage_tokens_ = chunk_tokens;
   const std::string text = chunk_text(api_, body, "delta");
   if (text.empty()) return true;
+  if (chunk_tokens) usage_on_text_chunks_ = true;
   if (!seen_text_) {
     seen_text_ = true;
     ttft_ = t;
@@ -77,11 +79,30 @@ bool StreamTimer::on_message(std::string_view payload, double t) {
       tokens_at_last_text_ += 1;
     }
     const double gap = t - last_text_;
+    gaps_.push_back(gap);
     for (long long i = 0; i < tokens; ++i) itl_.push_back(gap / static_cast<double>(tokens));
   }
   last_text_ = t;
   text_ += text;
   return true;
+}
+
+std::vector<double> StreamTimer::spread_over_final_count() const {
+  if (usage_on_text_chunks_ || !usage_tokens_ || gaps_.empty()) return {};
+  const long long later_tokens = *usage_tokens_ - 1;  // the first chunk is taken to carry one token
+  const auto chunks = static_cast<long long>(gaps_.size());
+  if (later_tokens <= chunks) return {};
+  // Chunk i (1-based) ends at token ⌊i·T'/C + 1/2⌋ of the T' later tokens: every chunk gets at least one.
+  std::vector<double> itl;
+  itl.reserve(static_cast<size_t>(later_tokens));
+  long long previous_end = 0;
+  for (long long i = 1; i <= chunks; ++i) {
+    const long long end = (2 * i * later_tokens + chunks) / (2 * chunks);
+    const long long k = end - previous_end;
+    previous_end = end;
+    for (long long j = 0; j < k; ++j) itl.push_back(gaps_[static_cast<size_t>(i - 1)] / static_cast<double>(k));
+  }
+  return itl;
 }
 
 void StreamTimer::finish(RequestOutput& out, int requested_len) const {
@@ -98,7 +119,8 @@ void StreamTimer::finish(RequestOutput& out, int requested_len) const {
   out.success = true;
   out.ttft = ttft_;
   out.latency = last_message_;
-  out.itl = itl_;
+  const std::vector<double> spread = spread_over_final_count();
+  out.itl = spread.empty() ? itl_ : spread;
   out.generated_text = text_;
   out.output_len = usage_tokens_ ? static_cast<int>(*usage_tokens_) : requested_len;
   out.output_len_from_usage = usage_tokens_.has_value();

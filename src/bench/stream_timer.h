@@ -6,7 +6,10 @@
 // - Each later text-bearing chunk adds its gap from the previous text-bearing chunk to ITL. When the
 //   server reports running token counts (usage.completion_tokens in every chunk, vLLM's
 //   continuous_usage_stats), a chunk that brought k tokens adds k entries of gap/k, as SGLang's native
-//   client does and as the measurement pitfalls call for; otherwise a chunk counts as one token.
+//   client does and as the measurement pitfalls call for. When the server reports only a final count
+//   T that exceeds the text chunks C (speculative decoding, batched SSE), the T-1 tokens after the
+//   first chunk are spread evenly over the C-1 later chunks (largest-remainder rounding), the per-token
+//   form of SGLang PR #12064's division by the accept length. Otherwise a chunk counts as one token.
 // - E2E latency is the time of the last message, [DONE] included.
 // - output_len is the last usage.completion_tokens seen, else the requested length.
 #include <optional>
@@ -25,6 +28,8 @@ class StreamTimer {
   // One data payload received `t` seconds after the request was sent. Returns false, with error()
   // set, when the payload is not valid JSON or carries an error object; the stream should be dropped.
   bool on_message(std::string_view payload, double t);
+  // ITL entries when only the final token count is known (see above); empty if it does not apply.
+  std::vector<double> spread_over_final_count() const;
   // Writes success/ttft/itl/latency/output_len/generated_text; `requested_len` is max_tokens.
   void finish(RequestOutput& out, int requested_len) const;
   const std::string& error() const { return error_; }
@@ -37,8 +42,10 @@ class StreamTimer {
   double last_text_ = 0.0;
   double ttft_ = 0.0;
   std::optional<long long> usage_tokens_;
+  bool usage_on_text_chunks_ = false;  // running counts seen with text: per-chunk token counts are known
   long long tokens_at_last_text_ = 0;
   std::vector<double> itl_;
+  std::vector<double> gaps_;  // one per text chunk after the first
   std::string text_;
   std::string error_;
 };

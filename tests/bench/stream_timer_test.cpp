@@ -40,6 +40,29 @@ TEST(BenchStreamTimer, SpreadsMultiTokenChunksUsingRunningUsage) {
   EXPECT_EQ(out.itl, (std::vector<double>{0.125, 0.125, 0.125, 0.125, 0.125, 0.125}));
 }
 
+TEST(BenchStreamTimer, AFinalCountAboveTheChunkCountIsSpreadEvenly) {
+  // Speculative decoding without running counts: 3 text chunks, usage says 7 tokens at the end. The
+  // 6 tokens after the first chunk go 3 + 3 over the two later chunks.
+  StreamTimer t(Api::kCompletions);
+  ASSERT_TRUE(t.on_message(completion("a"), 0.25));
+  ASSERT_TRUE(t.on_message(completion("bcd"), 0.625));
+  ASSERT_TRUE(t.on_message(completion("efg"), 1.0));
+  ASSERT_TRUE(t.on_message(usage_only(7), 1.0));
+  RequestOutput out;
+  t.finish(out, 16);
+  EXPECT_EQ(out.output_len, 7);
+  EXPECT_EQ(out.itl, (std::vector<double>{0.125, 0.125, 0.125, 0.125, 0.125, 0.125}));
+  // 5 later tokens over 2 chunks: rounding gives 3 (⌊2.5+0.5⌋) then 2.
+  StreamTimer u(Api::kCompletions);
+  ASSERT_TRUE(u.on_message(completion("a"), 0.25));
+  ASSERT_TRUE(u.on_message(completion("bcd"), 0.625));
+  ASSERT_TRUE(u.on_message(completion("ef"), 0.875));
+  ASSERT_TRUE(u.on_message(usage_only(6), 0.875));
+  RequestOutput out2;
+  u.finish(out2, 16);
+  EXPECT_EQ(out2.itl, (std::vector<double>{0.125, 0.125, 0.125, 0.125, 0.125}));
+}
+
 TEST(BenchStreamTimer, WithoutUsageEachChunkIsOneTokenAndLengthIsRequested) {
   StreamTimer t(Api::kCompletions);
   ASSERT_TRUE(t.on_message(completion("a"), 0.25));
