@@ -52,7 +52,8 @@ CapacityPlan plan_capacity(const io::ModelConfig& config, const DeviceSpec& devi
     s.map = map;
     s.weights = stage_weights(config, plan.layout, map, p.weights);
     s.pools = kv_pools(config, map, p.kv_format);
-    s.slot_state = slot_state(config, map, p.kv_format, p.c128, spec, max_tokens_per_rank);
+    s.slot_state = slot_state(config, map, p.kv_format, p.c128, spec ? p.speculative.num_steps + 1 : 0,
+                              max_tokens_per_rank);
     s.buffers = runtime_buffers(config, plan.layout, map, p);
     s.usable_bytes = usable;
     s.fixed_state_bytes = plan.slots * s.slot_state.bytes_per_slot;

@@ -70,9 +70,11 @@ std::vector<PoolPlan> kv_pools(const io::ModelConfig& c, const StageMap& stage, 
 }
 
 SlotState slot_state(const io::ModelConfig& c, const StageMap& stage, KvFormat format, C128Mode c128,
-                     bool speculative, int64_t max_tokens_per_request) {
+                     int64_t speculative_tokens, int64_t max_tokens_per_request) {
   SlotState s;
-  const int64_t spec = speculative ? 2 : 1;
+  // Rings are indexed by position, so a rejected verify leaves nothing to undo as long as each ring has room
+  // for the tokens a verify writes past the committed length (src/cache/kv_layout.h).
+  const int64_t headroom = speculative_tokens;
   const int64_t d = c.head_dim, di = c.index_head_dim, f32 = 4;
   int64_t csa_layers = 0, csa_ratio = 0;
   std::map<int64_t, int64_t> hca;  // ratio -> layer count
@@ -86,17 +88,17 @@ SlotState slot_state(const io::ModelConfig& c, const StageMap& stage, KvFormat f
     }
   }
   const int64_t window_layers = stage.num_layers + (stage.has_mtp ? 1 : 0);
-  s.items.push_back({"swa_ring", window_layers, c.sliding_window, kv_entry_bytes(c, format)});
+  s.items.push_back({"swa_ring", window_layers, c.sliding_window + headroom, kv_entry_bytes(c, format)});
   if (csa_layers) {
-    const int64_t coff = 2, rows = coff * csa_ratio * spec;
+    const int64_t coff = 2, rows = coff * csa_ratio + headroom;
     s.items.push_back({"csa_compressor", csa_layers, rows, 2 * coff * d * f32});
     s.items.push_back({"csa_index_compressor", csa_layers, rows, 2 * coff * di * f32});
   }
   for (const auto& [r, layers] : hca) {
     if (c128 == C128Mode::Offline)
-      s.items.push_back({"hca_state", layers, r * spec, 2 * d * f32});
-    else
-      s.items.push_back({"hca_state", layers, 3 * spec, d * f32});
+      s.items.push_back({"hca_state", layers, r + headroom, 2 * d * f32});
+    else  // a running aggregate cannot be rewound by position: keep a snapshot under speculation
+      s.items.push_back({"hca_state", layers, 3 * (headroom > 0 ? 2 : 1), d * f32});
   }
   s.items.push_back({"page_table", 1, ceil_div(max_tokens_per_request, kPageTokens), 4});
   for (const auto& item : s.items) s.bytes_per_slot += item.bytes();

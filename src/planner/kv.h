@@ -12,11 +12,13 @@
 //   KV entry   fp8: n + 2p + align8(ceil(n/64))  (584 B for d=512, p=64)   bf16: 2d   f32: 4d
 //   index key  fp8: di + 4 ceil(di/128)          (132 B for di=128)        bf16: 2di  f32: 4di
 //
-// Fixed state per request slot (fp32 compressor state; w = sliding_window; spec = speculative decoding):
-//   sliding-window ring   w entries per layer, all main layers of the stage (+ the MTP layer when spec)
-//   CSA compressor        coff*r rows (x2 under spec) x (kv + score) x coff*d floats       coff = 2
-//   CSA index compressor  coff*r rows (x2 under spec) x (kv + score) x coff*di floats
-//   HCA state, offline    r rows (x2 under spec) x (kv + score) x d floats
+// Fixed state per request slot (fp32 compressor state; w = sliding_window; s = speculative headroom, the
+// tokens a verify writes past the committed length = draft steps + 1, 0 when speculation is off; the rings
+// are position-indexed, so this headroom is all a rejected draft needs, see src/cache/kv_layout.h):
+//   sliding-window ring   w + s entries per layer, all main layers of the stage (+ the MTP layer when spec)
+//   CSA compressor        coff*r + s rows x (kv + score) x coff*d floats       coff = 2
+//   CSA index compressor  coff*r + s rows x (kv + score) x coff*di floats
+//   HCA state, offline    r + s rows x (kv + score) x d floats
 //   HCA state, online     (running max, running sum, kv accumulator) x d floats (x2 under spec: a snapshot)
 //   page table            ceil(max tokens per request on this rank / 256) int32 page ids
 #include <cstdint>
@@ -61,9 +63,9 @@ struct SlotState {
   int64_t bytes_per_slot = 0;
 };
 
-// `speculative`: speculative decoding is on (rings double; the MTP layer's window ring is on the stage that
-// holds the MTP layer). `max_tokens_per_request`: the longest request one rank holds tokens for.
+// `speculative_tokens`: the verify headroom s (0: speculation off; the MTP layer's window ring is on the stage
+// that holds the MTP layer). `max_tokens_per_request`: the longest request one rank holds tokens for.
 SlotState slot_state(const io::ModelConfig& config, const StageMap& stage, KvFormat format, C128Mode c128,
-                     bool speculative, int64_t max_tokens_per_request);
+                     int64_t speculative_tokens, int64_t max_tokens_per_request);
 
 }  // namespace moeserve::planner

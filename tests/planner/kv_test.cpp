@@ -63,7 +63,7 @@ TEST(PlannerKv, TinyPoolsByHand) {
 
 TEST(PlannerKv, TinySlotStateByHand) {
   io::ModelConfig c = tiny();  // window 8; CSA layers 1,3; HCA layer 2 (ratio 16); max context 4096
-  SlotState off = slot_state(c, whole(c), KvFormat::F32, C128Mode::Offline, false, 4096);
+  SlotState off = slot_state(c, whole(c), KvFormat::F32, C128Mode::Offline, 0, 4096);
   EXPECT_EQ(item(off, "swa_ring"), 4 * 8 * 256);
   EXPECT_EQ(item(off, "csa_compressor"), 2 * 8 * (2 * 2 * 64 * 4));      // 8 rows x (kv, score) x 128 floats
   EXPECT_EQ(item(off, "csa_index_compressor"), 2 * 8 * (2 * 2 * 32 * 4));
@@ -71,17 +71,18 @@ TEST(PlannerKv, TinySlotStateByHand) {
   EXPECT_EQ(item(off, "page_table"), 16 * 4);
   EXPECT_EQ(off.bytes_per_slot, 8192 + 16384 + 8192 + 8192 + 64);
 
-  SlotState on = slot_state(c, whole(c), KvFormat::F32, C128Mode::Online, false, 4096);
+  SlotState on = slot_state(c, whole(c), KvFormat::F32, C128Mode::Online, 0, 4096);
   EXPECT_EQ(item(on, "hca_state"), 3 * 64 * 4);  // running max, sum, kv
   EXPECT_EQ(on.bytes_per_slot, 8192 + 16384 + 8192 + 768 + 64);
 
-  // Speculative decoding: rings double, the online state keeps a snapshot, the MTP layer adds a window ring.
-  SlotState spec = slot_state(c, whole(c, true), KvFormat::F32, C128Mode::Offline, true, 4096);
-  EXPECT_EQ(item(spec, "swa_ring"), 5 * 8 * 256);
-  EXPECT_EQ(item(spec, "csa_compressor"), 2 * 16 * 1024);
-  EXPECT_EQ(item(spec, "csa_index_compressor"), 2 * 16 * 512);
-  EXPECT_EQ(item(spec, "hca_state"), 32 * 512);
-  SlotState spec_on = slot_state(c, whole(c, true), KvFormat::F32, C128Mode::Online, true, 4096);
+  // Speculative decoding (3 draft steps: a verify writes 4 tokens past the committed length): every ring gets
+  // 4 rows of headroom, the online state keeps a snapshot, the MTP layer adds a window ring.
+  SlotState spec = slot_state(c, whole(c, true), KvFormat::F32, C128Mode::Offline, 4, 4096);
+  EXPECT_EQ(item(spec, "swa_ring"), 5 * (8 + 4) * 256);
+  EXPECT_EQ(item(spec, "csa_compressor"), 2 * (8 + 4) * 1024);
+  EXPECT_EQ(item(spec, "csa_index_compressor"), 2 * (8 + 4) * 512);
+  EXPECT_EQ(item(spec, "hca_state"), (16 + 4) * 512);
+  SlotState spec_on = slot_state(c, whole(c, true), KvFormat::F32, C128Mode::Online, 4, 4096);
   EXPECT_EQ(item(spec_on, "hca_state"), 2 * 3 * 64 * 4);
 }
 
@@ -96,11 +97,11 @@ TEST(PlannerKv, ProMatchesTheReference) {
   for (const auto& p : pools) page += p.page_bytes();
   EXPECT_EQ(page, 30 * 64 * (584 + 132) + 31 * 2 * 584);  // 1,410,928 B: 5,511.4 B per full token
   // §4.1: SWA 61 x 128 x 584 = 4.56 MB; C4 states 30 x (8x8192 + 8x2048); C128 offline 31 x 512 KiB, online 31 x 6 KiB.
-  SlotState off = slot_state(pro, whole(pro), KvFormat::FP8, C128Mode::Offline, false, 1 << 20);
+  SlotState off = slot_state(pro, whole(pro), KvFormat::FP8, C128Mode::Offline, 0, 1 << 20);
   EXPECT_EQ(item(off, "swa_ring"), 61 * 128 * 584);
   EXPECT_EQ(item(off, "csa_compressor") + item(off, "csa_index_compressor"), 30 * (8 * 8192 + 8 * 2048));
   EXPECT_EQ(item(off, "hca_state"), 31 * 512 * 1024);
-  SlotState on = slot_state(pro, whole(pro), KvFormat::FP8, C128Mode::Online, false, 1 << 20);
+  SlotState on = slot_state(pro, whole(pro), KvFormat::FP8, C128Mode::Online, 0, 1 << 20);
   EXPECT_EQ(item(on, "hca_state"), 31 * 6 * 1024);
   EXPECT_EQ(item(on, "page_table"), 4096 * 4);
 }
