@@ -15,6 +15,9 @@ assert.equal(chat.object, "chat.completion");
 assert.equal(chat.choices[0].message.role, "assistant");
 assert.equal(typeof chat.choices[0].message.content, "string");
 assert.ok(chat.choices[0].message.content.length > 0, "empty chat content");
+// The built-in model was trained on English (the Brown Corpus): its words are English letters.
+const letters = (chat.choices[0].message.content.match(/[A-Za-z ,.;:'"!?()-]/g) || []).length;
+assert.ok(letters / chat.choices[0].message.content.length > 0.9, `not English-like: '${chat.choices[0].message.content}'`);
 assert.equal(chat.choices[0].finish_reason, "length");
 assert.equal(chat.usage.completion_tokens, 10);
 assert.ok(chat.usage.prompt_tokens > 0);
