@@ -1,6 +1,7 @@
 #include "bench/bench.h"
 
 #include <filesystem>
+#include <fstream>
 #include <ostream>
 #include <random>
 #include <sys/resource.h>
@@ -104,6 +105,10 @@ int run_bench(const BenchOptions& o, std::ostream& out, const std::atomic<bool>*
   const Backend& backend = find_backend(o.backend);
   const Endpoint endpoint = make_endpoint(o.base_url, r.host, r.port);
   raise_open_file_limit();
+  if (!o.output_file.empty()) {  // fail before the run, not after it
+    std::ofstream probe(o.output_file, std::ios::app);
+    check(probe.good(), "--output-file: cannot open '{}' for appending (does its directory exist?)", o.output_file);
+  }
 
   std::string model = o.model;
   if (model.empty()) {

@@ -16,11 +16,17 @@ class TokenizerCodec final : public TokenCodec {
   std::string decode(std::span<const int32_t> ids) const override { return tokenizer_.decode(ids, false); }
   size_t vocab_size() const override { return tokenizer_.vocab_size(); }
   size_t num_special_tokens_to_add() const override { return specials_; }
+  // Ordinary tokens that decode to whole characters on their own: a token holding part of a UTF-8
+  // sequence decodes to U+FFFD next to a stranger and re-encodes to different tokens, which makes exact
+  // prompt lengths take more rounds (or miss).
   std::vector<int32_t> ordinary_ids() const override {
+    constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
     std::vector<int32_t> ids;
     for (size_t id = 0; id < tokenizer_.vocab_size(); ++id) {
       const auto i = static_cast<int32_t>(id);
-      if (tokenizer_.is_token(i) && !tokenizer_.is_added(i)) ids.push_back(i);
+      if (!tokenizer_.is_token(i) || tokenizer_.is_added(i)) continue;
+      const std::string text = tokenizer_.decode(std::span<const int32_t>(&i, 1));
+      if (!text.empty() && text.find(kReplacement) == std::string::npos) ids.push_back(i);
     }
     return ids;
   }

@@ -150,6 +150,12 @@ TEST(BenchCli, UnreachableServerAndBadFlagsExitWithAMessage) {
   EXPECT_NE(unreachable.rc, 0);
   EXPECT_NE(unreachable.err.find("cannot reach the server at http://127.0.0.1:1"), std::string::npos)
       << unreachable.err;
+  ScriptedServer up;
+  const Result no_dir = run({"--base-url", up.base_url(), "--dataset-name", "random-ids", "--vocab-size", "10",
+                             "--output-file", "/nonexistent-dir/x.jsonl"});
+  EXPECT_NE(no_dir.rc, 0);
+  EXPECT_NE(no_dir.err.find("--output-file: cannot open '/nonexistent-dir/x.jsonl'"), std::string::npos) << no_dir.err;
+  EXPECT_TRUE(up.requests().empty());  // nothing was sent
   const Result bad = run({"--backend", "openai-chat", "--dataset-name", "random-ids"});
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.err.find("only the completions API"), std::string::npos) << bad.err;

@@ -3,7 +3,9 @@
 // model name, completions and chat.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <sys/wait.h>
@@ -12,7 +14,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "run_command.h"
 #include "temp_dir.h"
 #include "test_paths.h"
 
@@ -48,7 +49,15 @@ class DemoServer {
     if (pid_ > 0) {
       kill(pid_, SIGTERM);
       int status = 0;
-      waitpid(pid_, &status, 0);
+      bool exited = false;
+      for (int i = 0; i < 1000 && !exited; ++i) {  // 10 s for a clean shutdown, then SIGKILL
+        exited = waitpid(pid_, &status, WNOHANG) == pid_;
+        if (!exited) usleep(10000);
+      }
+      if (!exited) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+      }
     }
     if (stdout_) fclose(stdout_);
   }
@@ -60,27 +69,49 @@ class DemoServer {
   std::string url_;
 };
 
+struct BenchResult {
+  int status = 0;
+  std::string out, err;
+};
+
+// `moeserve bench ARGS`, killed after 120 s so that a stuck server fails the test instead of hanging it.
+BenchResult run_bench(const std::string& args) {
+  moeserve::testing::TempDir dir;
+  const std::string cmd = "timeout -s INT -k 10 120 " + moeserve::testing::binary() + " bench " + args + " >" +
+                          dir.file("out") + " 2>" + dir.file("err");
+  BenchResult r;
+  const int raw = std::system(cmd.c_str());
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  r.out = slurp(dir.file("out"));
+  r.err = slurp(dir.file("err"));
+  return r;
+}
+
 TEST(BenchRealServer, DemoModelRunHasNoFailedRequests) {
   DemoServer server;
   ASSERT_FALSE(server.url().empty()) << "moeserve serve did not start";
   moeserve::testing::TempDir dir;
   const std::string file = dir.file("real.jsonl");
-  const auto completions = moeserve::testing::run_moeserve(
-      "bench --base-url " + server.url() +
+  const auto completions = run_bench(
+      "--base-url " + server.url() +
       " --num-prompts 8 --random-input-len 48 --random-output-len 12 --random-range-ratio 1 --max-concurrency 4"
       " --disable-tqdm --output-file " + file);
-  ASSERT_EQ(completions.status, 0) << completions.out << completions.err;
+  ASSERT_EQ(completions.status, 0) << "(130: stopped after 120 s)\n" << completions.out << completions.err;
   EXPECT_NE(completions.out.find("Successful requests:                     8 "), std::string::npos) << completions.out;
   EXPECT_EQ(completions.out.find("Failed requests"), std::string::npos) << completions.out;
   EXPECT_NE(completions.out.find("Total input tokens:                      376 "), std::string::npos)  // 8 × (48 − BOS)
       << completions.out;
   EXPECT_NE(completions.out.find("Total generated tokens:                  96 "), std::string::npos) << completions.out;
 
-  const auto chat = moeserve::testing::run_moeserve(
-      "bench --backend sglang-oai-chat --base-url " + server.url() +
+  const auto chat = run_bench(
+      "--backend sglang-oai-chat --base-url " + server.url() +
       " --num-prompts 4 --random-input-len 32 --random-output-len 8 --random-range-ratio 1 --request-rate 20"
       " --disable-tqdm --output-file " + file);
-  ASSERT_EQ(chat.status, 0) << chat.out << chat.err;
+  ASSERT_EQ(chat.status, 0) << "(130: stopped after 120 s)\n" << chat.out << chat.err;
   EXPECT_NE(chat.out.find("Successful requests:                     4 "), std::string::npos) << chat.out;
   EXPECT_EQ(chat.out.find("Failed requests"), std::string::npos) << chat.out;
 
