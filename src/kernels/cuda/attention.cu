@@ -1,0 +1,306 @@
+// Sparse attention with per-head sinks over the sliding window plus compressed entries (kernels/cuda/ops.h
+// sparse_attention; reference kernels/cpu/attention.h sink_attention). One shared key/value head (K = V),
+// head_dim up to 512, fp32 throughout.
+//
+// Grid (token, head block of HB = 4 * HPW heads, key split). A block stages the head block's queries and tiles
+// of 32 keys in shared memory; warp w owns heads [w * HPW, (w + 1) * HPW): lane j scores key j of the tile for
+// its heads (float4 loads, conflict-free with a 4-float row pad), the warp keeps the online-softmax state, and
+// for the output each lane owns float4 columns of the value rows. Splits (flash-decoding) keep the chip busy
+// for a single decode token; a combine kernel adds the sink, normalises and de-rotates. With one split the
+// block finishes itself.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace moeserve::cuda {
+
+namespace {
+
+using namespace dev;
+
+constexpr int kWarps = 4;
+constexpr int kTile = 32;
+
+__device__ __forceinline__ int key_count(const AttentionArgs& a, int pos) {
+  const int nwin = min(pos + 1, a.window);
+  int ncomp = 0;
+  if (a.ratio > 0) {
+    ncomp = (pos + 1) / a.ratio;
+    if (a.topk) ncomp = min(ncomp, a.k);
+  }
+  return nwin + ncomp;
+}
+
+__device__ __forceinline__ int split_keys(int max_keys, int splits) {
+  const int per = (max_keys + splits - 1) / splits;
+  return (per + kTile - 1) / kTile * kTile;
+}
+
+// Final output of one head: o * exp(m - M) / (l * exp(m - M) + exp(sink - M)), de-rotated; lane owns float4s.
+template <int NC>
+__device__ __forceinline__ void rotate_store(float4 (&o)[NC], int hd, int rope_dim, const float* inv_freq,
+                                             float rope_scale, int pos, float* dst) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    const int d = 4 * (lane + 32 * c);
+    if (d >= hd) continue;
+    float v[4] = {o[c].x, o[c].y, o[c].z, o[c].w};
+    if (d >= hd - rope_dim) {
+#pragma unroll
+      for (int q = 0; q < 4; q += 2) {
+        const int i = (d + q - (hd - rope_dim)) / 2;
+        const float angle = float(pos) * inv_freq[i];
+        const float cs = float(cos(double(angle))) * rope_scale, sn = -float(sin(double(angle))) * rope_scale;
+        const float x0 = v[q], x1 = v[q + 1];
+        v[q] = x0 * cs - x1 * sn;
+        v[q + 1] = x1 * cs + x0 * sn;
+      }
+    }
+    *reinterpret_cast<float4*>(dst + d) = make_float4(v[0], v[1], v[2], v[3]);
+  }
+}
+
+template <int HPW, int NC>
+__global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, AttentionArgs a) {
+  constexpr int HB = kWarps * HPW;
+  extern __shared__ float4 sm4[];
+  const int hd = a.hd, ldk = hd + 4, hd4 = hd / 4;
+  float* qs = reinterpret_cast<float*>(sm4);  // [HB][hd]
+  float* ks = qs + HB * hd;                   // [kTile][ldk]
+  __shared__ const float* kptr[kTile];
+  const int t = blockIdx.x, h0 = blockIdx.y * HB, split = blockIdx.z;
+  const int pos = b.tok_pos[t], s = b.tok_seq[t];
+  const int begin = b.seq_begin[s], start = b.seq_start[s], slot = b.seq_slot[s];
+  const int n = key_count(a, pos);
+  const int per = split_keys(a.max_keys, a.splits);
+  const int k0 = split * per, k1 = min(n, k0 + per);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nwin = min(pos + 1, a.window);
+
+  float4 o[HPW][NC];
+  float m[HPW], l[HPW];
+#pragma unroll
+  for (int h = 0; h < HPW; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) o[h][c] = make_float4(0, 0, 0, 0);
+  }
+  if (k0 < k1) {
+    for (int i = threadIdx.x; i < HB * hd4; i += blockDim.x)
+      sm4[i] = *reinterpret_cast<const float4*>(a.q + (size_t(t) * a.H + h0) * hd + 4 * i);
+    for (int tile = k0; tile < k1; tile += kTile) {
+      __syncthreads();
+      if (threadIdx.x < kTile) {
+        const int j = tile + threadIdx.x;
+        const float* p = nullptr;
+        if (j < k1) {
+          if (j < nwin) {
+            const int kp = pos - nwin + 1 + j;
+            p = kp >= start ? a.kv + size_t(begin + kp - start) * hd
+                            : a.view.window +
+                                  ((size_t(slot) * a.view.num_layers + a.view.layer) * a.view.cap + kp % a.view.cap) * hd;
+          } else {
+            const int c = j - nwin;
+            const int e = a.topk ? a.topk[size_t(t) * a.k + c] : c;
+            const int page = b.page_table[size_t(s) * b.page_ld + e / a.view.epp];
+            p = a.view.compressed + (size_t(page) * a.view.epp + e % a.view.epp) * hd;
+          }
+        }
+        kptr[threadIdx.x] = p;
+      }
+      __syncthreads();
+      for (int i = threadIdx.x; i < kTile * hd4; i += blockDim.x) {
+        const int j = i / hd4, c = i % hd4;
+        const float* p = kptr[j];
+        *reinterpret_cast<float4*>(ks + j * ldk + 4 * c) =
+            p ? *reinterpret_cast<const float4*>(p + 4 * c) : make_float4(0, 0, 0, 0);
+      }
+      __syncthreads();
+      const bool valid = tile + lane < k1;
+      // Scores of key `lane` for this warp's heads.
+      float sc[HPW];
+#pragma unroll
+      for (int h = 0; h < HPW; ++h) sc[h] = 0.0f;
+      const float* kr = ks + lane * ldk;
+      for (int c = 0; c < hd4; ++c) {
+        const float4 kv4 = *reinterpret_cast<const float4*>(kr + 4 * c);
+#pragma unroll
+        for (int h = 0; h < HPW; ++h) {
+          const float4 q4 = *reinterpret_cast<const float4*>(qs + (warp * HPW + h) * hd + 4 * c);
+          sc[h] += q4.x * kv4.x + q4.y * kv4.y + q4.z * kv4.z + q4.w * kv4.w;
+        }
+      }
+      float p[HPW];
+#pragma unroll
+      for (int h = 0; h < HPW; ++h) {
+        const float sv = valid ? sc[h] * a.scale : -INFINITY;
+        const float mt = warp_max(sv);
+        const float mn = fmaxf(m[h], mt);
+        const float corr = expf(m[h] - mn);  // m = -inf at first: 0
+        p[h] = valid ? expf(sv - mn) : 0.0f;
+        l[h] = l[h] * corr + warp_sum(p[h]);
+        m[h] = mn;
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+          o[h][c].x *= corr;
+          o[h][c].y *= corr;
+          o[h][c].z *= corr;
+          o[h][c].w *= corr;
+        }
+      }
+      const int nk = min(kTile, k1 - tile);
+      for (int j = 0; j < nk; ++j) {
+        float pj[HPW];
+#pragma unroll
+        for (int h = 0; h < HPW; ++h) pj[h] = __shfl_sync(0xffffffffu, p[h], j);
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+          const int d4 = lane + 32 * c;
+          if (d4 < hd4) {
+            const float4 v = *reinterpret_cast<const float4*>(ks + j * ldk + 4 * d4);
+#pragma unroll
+            for (int h = 0; h < HPW; ++h) {
+              o[h][c].x += pj[h] * v.x;
+              o[h][c].y += pj[h] * v.y;
+              o[h][c].z += pj[h] * v.z;
+              o[h][c].w += pj[h] * v.w;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (a.splits == 1) {
+#pragma unroll
+    for (int h = 0; h < HPW; ++h) {
+      const int head = h0 + warp * HPW + h;
+      const float sink = a.sinks[head];
+      const float M = fmaxf(m[h], sink);
+      const float f = (m[h] == -INFINITY) ? 0.0f : expf(m[h] - M);
+      const float inv = 1.0f / (l[h] * f + expf(sink - M));
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        o[h][c].x *= f * inv;
+        o[h][c].y *= f * inv;
+        o[h][c].z *= f * inv;
+        o[h][c].w *= f * inv;
+      }
+      rotate_store<NC>(o[h], hd, a.rope_dim, a.inv_freq, a.rope_scale, pos,
+                       a.o + (size_t(t) * a.H + head) * hd);
+    }
+    return;
+  }
+#pragma unroll
+  for (int h = 0; h < HPW; ++h) {
+    const int head = h0 + warp * HPW + h;
+    float* dst = a.partial + ((size_t(t) * a.H + head) * a.splits + split) * (hd + 4);
+    if (lane == 0) {
+      dst[0] = m[h];
+      dst[1] = l[h];
+    }
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      const int d4 = lane + 32 * c;
+      if (d4 < hd4) *reinterpret_cast<float4*>(dst + 4 + 4 * d4) = o[h][c];
+    }
+  }
+}
+
+// One warp per (token, head).
+template <int NC>
+__global__ void combine_kernel(BatchDesc b, AttentionArgs a) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (row >= b.T * a.H) return;
+  const int t = row / a.H, head = row % a.H, hd = a.hd;
+  const float* src = a.partial + size_t(row) * a.splits * (hd + 4);
+  const float sink = a.sinks[head];
+  float M = sink;
+  for (int sp = 0; sp < a.splits; ++sp) M = fmaxf(M, src[sp * (hd + 4)]);
+  float denom = expf(sink - M);
+  float4 o[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) o[c] = make_float4(0, 0, 0, 0);
+  for (int sp = 0; sp < a.splits; ++sp) {
+    const float* ps = src + sp * (hd + 4);
+    const float ms = ps[0];
+    if (ms == -INFINITY) continue;
+    const float f = expf(ms - M);
+    denom += ps[1] * f;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      const int d4 = lane + 32 * c;
+      if (d4 < hd / 4) {
+        const float4 v = *reinterpret_cast<const float4*>(ps + 4 + 4 * d4);
+        o[c].x += v.x * f;
+        o[c].y += v.y * f;
+        o[c].z += v.z * f;
+        o[c].w += v.w * f;
+      }
+    }
+  }
+  const float inv = 1.0f / denom;
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    o[c].x *= inv;
+    o[c].y *= inv;
+    o[c].z *= inv;
+    o[c].w *= inv;
+  }
+  rotate_store<NC>(o, hd, a.rope_dim, a.inv_freq, a.rope_scale, b.tok_pos[t], a.o + size_t(row) * hd);
+}
+
+template <int HPW, int NC>
+cudaError_t launch(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream) {
+  constexpr int HB = kWarps * HPW;
+  const size_t smem = (size_t(HB) * a.hd + size_t(kTile) * (a.hd + 4)) * sizeof(float);
+  static bool configured = false;
+  if (!configured) {
+    cudaFuncSetAttribute(attention_kernel<HPW, NC>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    configured = true;
+  }
+  dim3 grid(b.T, a.H / HB, a.splits);
+  attention_kernel<HPW, NC><<<grid, kWarps * 32, smem, stream>>>(b, a);
+  if (a.splits > 1) combine_kernel<NC><<<(b.T * a.H + 3) / 4, 128, 0, stream>>>(b, a);
+  return cudaGetLastError();
+}
+
+template <int HPW>
+cudaError_t launch_nc(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream) {
+  switch ((a.hd + 127) / 128) {
+    case 1: return launch<HPW, 1>(b, a, stream);
+    case 2: return launch<HPW, 2>(b, a, stream);
+    case 3: return launch<HPW, 3>(b, a, stream);
+    case 4: return launch<HPW, 4>(b, a, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+int heads_per_warp(int H) { return H % 16 == 0 ? 4 : H % 8 == 0 ? 2 : 1; }
+
+}  // namespace
+
+int attention_splits(int T, int H, int max_keys) {
+  const int hb = kWarps * heads_per_warp(H);
+  const int base = T * (H / hb);
+  const int max_splits = (max_keys + kTile - 1) / kTile;
+  int splits = (264 + base - 1) / base;  // about two blocks per multiprocessor
+  return splits < 1 ? 1 : splits > max_splits ? (max_splits < 1 ? 1 : max_splits) : splits;
+}
+
+size_t attention_workspace_floats(int T, int H, int hd, int splits) {
+  return splits > 1 ? size_t(T) * H * splits * (hd + 4) : 0;
+}
+
+cudaError_t sparse_attention(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream) {
+  if (b.T == 0) return cudaSuccess;
+  if (a.H % 4 || a.hd % 4 || a.hd > 512 || a.rope_dim % 4 || a.splits < 1 || (a.splits > 1 && !a.partial))
+    return cudaErrorInvalidValue;
+  switch (heads_per_warp(a.H)) {
+    case 4: return launch_nc<4>(b, a, stream);
+    case 2: return launch_nc<2>(b, a, stream);
+    default: return launch_nc<1>(b, a, stream);
+  }
+}
+
+}  // namespace moeserve::cuda

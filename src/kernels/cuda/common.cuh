@@ -1,0 +1,98 @@
+#pragma once
+// Device helpers shared by the .cu files: reductions, the exact power-of-two scales of the official quantizers
+// (kernels/cpu/quant.h), FP8 e4m3 and FP4 e2m1 rounding, bf16.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace moeserve::cuda::dev {
+
+constexpr float kFp8Max = 448.0f;
+constexpr float kFp4Max = 6.0f;
+constexpr float kFp8AmaxFloor = 1e-4f;
+constexpr float kFp4AmaxFloor = 6.0f * 1.1754943508e-38f;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide sum (any blockDim multiple of 32, <= 1024); every thread gets the result. `red` >= 32 slots.
+template <class T>
+__device__ __forceinline__ T block_sum(T v, T* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  T r = lane < warps ? red[lane] : T(0);
+  r = warp_sum(r);
+  return r;
+}
+__device__ __forceinline__ float block_max(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float r = lane < warps ? red[lane] : -INFINITY;
+  return warp_max(r);
+}
+
+// 2^ceil(log2(x)) from the exponent bits (x positive normal), as kernels/cpu/quant.h pow2_ceil.
+__device__ __forceinline__ float pow2_ceil(float x) {
+  uint32_t bits = __float_as_uint(x);
+  int e = int((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffffu) != 0 ? 1 : 0);
+  return __uint_as_float(uint32_t(e + 127) << 23);
+}
+__device__ __forceinline__ float pow2_scale(float amax, float fmt_max, float floor_) {
+  const float inverse = 1.0f / fmt_max;  // folded to the fp32 reciprocal, as the official kernels
+  return pow2_ceil(fmaxf(amax, floor_) * inverse);
+}
+
+__device__ __forceinline__ uint8_t fp8_bits(float v) {  // saturating (clamp to +-448), round to nearest even
+  return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ float fp8_value(uint8_t b) {
+  __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3);
+  return __half2float(__half(h));
+}
+__device__ __forceinline__ float fp8_round(float v) { return fp8_value(fp8_bits(v)); }
+
+// e2m1 round to nearest even of v clamped to +-6 (core/dtype.cpp f32_to_fp4_e2m1), returned as a value.
+__device__ __forceinline__ float fp4_round(float v) {
+  v = fmaxf(-kFp4Max, fminf(kFp4Max, v));
+  const float grid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  float m = fabsf(v);
+  int code = 7;
+#pragma unroll
+  for (int i = 0; i < 7; ++i) {
+    float mid = 0.5f * (grid[i] + grid[i + 1]);
+    if (code == 7) {
+      if (m < mid) code = i;
+      else if (m == mid) code = (i % 2 == 0) ? i : i + 1;
+    }
+  }
+  float r = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) r = (code == i) ? grid[i] : r;
+  return signbit(v) ? -r : r;
+}
+
+__device__ __forceinline__ float bf16_value(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+
+}  // namespace moeserve::cuda::dev

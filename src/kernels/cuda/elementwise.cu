@@ -1,0 +1,290 @@
+// Elementwise and row-wise ops of the forward (kernels/cuda/ops.h): embedding, RMSNorm, RoPE (with the fused
+// per-head norm of q), the quantization simulations, the FP8 activation quantizer, ape, SwiGLU.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.h"
+
+#include <algorithm>
+
+namespace moeserve::cuda {
+
+namespace {
+
+using namespace dev;
+
+template <class T>
+__global__ void embed_kernel(const T* table, int D, const int* ids, int hc, float* h) {
+  const int t = blockIdx.x;
+  const T* row = table + size_t(ids[t]) * D;
+  float* out = h + size_t(t) * hc * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float v;
+    if constexpr (sizeof(T) == 2) v = bf16_value(row[d]);
+    else v = row[d];
+    for (int j = 0; j < hc; ++j) out[size_t(j) * D + d] = v;
+  }
+}
+
+// One block per row; sum of squares in double (the reference accumulates in double).
+__global__ void rms_norm_kernel(const float* x, int dim, int ldx, const float* w, float eps, float* out, int ldo) {
+  __shared__ double red[32];
+  const float* xr = x + size_t(blockIdx.x) * ldx;
+  float* o = out + size_t(blockIdx.x) * ldo;
+  double sum = 0;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) sum += double(xr[i]) * double(xr[i]);
+  sum = block_sum(sum, red);
+  const float s = float(1.0 / sqrt(sum / double(dim) + double(eps)));
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w ? xr[i] * s * w[i] : xr[i] * s;
+}
+
+// One warp per (token, head): optional unweighted RMSNorm of the head, then the rotation of its trailing dims.
+__global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
+                            const float* inv_freq, float attn_scale, bool inverse, float norm_eps) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (row >= T * heads) return;
+  const int t = row / heads, h = row % heads;
+  float* v = x + size_t(t) * ld + size_t(h) * head_dim;
+  if (norm_eps > 0.0f) {
+    double sum = 0;
+    for (int i = lane; i < head_dim; i += 32) sum += double(v[i]) * double(v[i]);
+    sum = warp_sum(sum);
+    const float s = float(1.0 / sqrt(sum / double(head_dim) + double(norm_eps)));
+    for (int i = lane; i < head_dim; i += 32) v[i] = v[i] * s;
+    __syncwarp();
+  }
+  const int half = rope_dim / 2;
+  float* r = v + (head_dim - rope_dim);
+  const float p = float(pos[t]);
+  for (int i = lane; i < half; i += 32) {
+    const float angle = p * inv_freq[i];  // fp32 product, as the reference
+    const double ad = double(angle);
+    float c = float(cos(ad)) * attn_scale, s = float(sin(ad)) * attn_scale;
+    if (inverse) s = -s;
+    const float a = r[2 * i], bb = r[2 * i + 1];
+    r[2 * i] = a * c - bb * s;
+    r[2 * i + 1] = bb * c + a * s;
+  }
+}
+
+// One warp per (row, block).
+__global__ void fp8_block_sim_kernel(float* x, int rows, int ld, int width, int block) {
+  const int blocks = (width + block - 1) / block;
+  const int item = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (item >= rows * blocks) return;
+  const int r = item / blocks, b = item % blocks;
+  float* v = x + size_t(r) * ld + size_t(b) * block;
+  const int n = min(width, (b + 1) * block) - b * block;
+  float amax = 0;
+  for (int i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(v[i]));
+  amax = warp_max(amax);
+  const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
+  for (int i = lane; i < n; i += 32) v[i] = fp8_round(v[i] / s) * s;
+}
+
+// One block (128 threads) per row.
+__global__ void hadamard_fp4_kernel(float* x, int dim, bool fp4) {
+  extern __shared__ float sv[];
+  float* v = x + size_t(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) sv[i] = v[i];
+  __syncthreads();
+  for (int len = 1; len < dim; len <<= 1) {
+    for (int p = threadIdx.x; p < dim / 2; p += blockDim.x) {
+      const int i = (p / len) * 2 * len + p % len, j = i + len;
+      const float a = sv[i], b = sv[j];
+      sv[i] = a + b;
+      sv[j] = a - b;
+    }
+    __syncthreads();
+  }
+  const float norm = 1.0f / sqrtf(float(dim));
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) sv[i] *= norm;
+  __syncthreads();
+  if (fp4) {  // one warp per 32-block
+    const int lane = threadIdx.x & 31;
+    for (int b = threadIdx.x / 32; b < dim / 32; b += blockDim.x / 32) {
+      float val = sv[b * 32 + lane];
+      const float amax = warp_max(fabsf(val));
+      const float s = pow2_scale(amax, kFp4Max, kFp4AmaxFloor);
+      sv[b * 32 + lane] = fp4_round(val / s) * s;
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) v[i] = sv[i];
+}
+
+// One warp per (row, 128-block).
+__global__ void act_quant_kernel(const float* x, int M, int K, int ldx, uint8_t* q, float* scales) {
+  const int kb_count = K / 128;
+  const int item = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (item >= M * kb_count) return;
+  const int m = item / kb_count, kb = item % kb_count;
+  const float4 v = *reinterpret_cast<const float4*>(x + size_t(m) * ldx + kb * 128 + lane * 4);
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  amax = warp_max(amax);
+  const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
+  uchar4 o;
+  o.x = fp8_bits(v.x / s);
+  o.y = fp8_bits(v.y / s);
+  o.z = fp8_bits(v.z / s);
+  o.w = fp8_bits(v.w / s);
+  *reinterpret_cast<uchar4*>(q + size_t(m) * K + kb * 128 + lane * 4) = o;
+  if (lane == 0) scales[size_t(kb) * M + m] = s;
+}
+
+__global__ void to_bf16_kernel(const float* x, int M, int K, int ldx, uint16_t* out) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(M) * K) return;
+  const int m = int(i / K), k = int(i % K);
+  __nv_bfloat16 b = __float2bfloat16_rn(x[size_t(m) * ldx + k]);
+  out[i] = *reinterpret_cast<uint16_t*>(&b);
+}
+
+__global__ void add_ape_kernel(float* score, int width, int ld, const int* pos, const float* ape, int ratio) {
+  const int t = blockIdx.x;
+  const float* bias = ape + size_t(pos[t] % ratio) * width;
+  for (int f = threadIdx.x; f < width; f += blockDim.x) score[size_t(t) * ld + f] += bias[f];
+}
+
+__global__ void swiglu_kernel(const float* h, int rows, int I, float limit, const float* row_weight, float* act) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(rows) * I) return;
+  const int r = int(i / I), c = int(i % I);
+  const float g = fminf(h[size_t(r) * 2 * I + c], limit);
+  const float u = fmaxf(-limit, fminf(h[size_t(r) * 2 * I + I + c], limit));
+  const float silu = g / (1.0f + expf(-g));
+  act[i] = silu * u * (row_weight ? row_weight[r] : 1.0f);
+}
+
+__global__ void scale_kernel(float* x, size_t n, float s) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= s;
+}
+
+__global__ void gather_kernel(const float* x, int D, const int* rows, float* out) {
+  const float* src = x + size_t(rows[blockIdx.x]) * D;
+  float* dst = out + size_t(blockIdx.x) * D;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) dst[d] = src[d];
+}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__global__ void fill_kernel(void* dst, size_t n, int kind, float scale, uint64_t seed) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t r = mix64(seed * 0x9e3779b97f4a7c15ull + i);
+    const float u = float(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    const float v = (2.0f * u - 1.0f) * scale;
+    if (kind == 0) {
+      static_cast<float*>(dst)[i] = v;
+    } else if (kind == 1) {
+      __nv_bfloat16 b = __float2bfloat16_rn(v);
+      static_cast<uint16_t*>(dst)[i] = *reinterpret_cast<uint16_t*>(&b);
+    } else {
+      static_cast<uint8_t*>(dst)[i] = fp8_bits(v);
+    }
+  }
+}
+
+__global__ void fill_value_kernel(float* dst, size_t n, float value) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = value;
+}
+
+unsigned blocks_for(size_t n, unsigned per) { return unsigned((n + per - 1) / per); }
+
+}  // namespace
+
+cudaError_t embed_gather(const void* table, bool table_bf16, int D, const int* ids, int T, int hc, float* h,
+                         cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  if (table_bf16)
+    embed_kernel<<<T, 256, 0, stream>>>(static_cast<const uint16_t*>(table), D, ids, hc, h);
+  else
+    embed_kernel<<<T, 256, 0, stream>>>(static_cast<const float*>(table), D, ids, hc, h);
+  return cudaGetLastError();
+}
+
+cudaError_t rms_norm(const float* x, int rows, int dim, int ldx, const float* w, float eps, float* out, int ldo,
+                     cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  rms_norm_kernel<<<rows, dim >= 1024 ? 512 : 128, 0, stream>>>(x, dim, ldx, w, eps, out, ldo);
+  return cudaGetLastError();
+}
+
+cudaError_t rope(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
+                 const float* inv_freq, float attn_scale, bool inverse, float norm_eps, cudaStream_t stream) {
+  if (T == 0 || heads == 0) return cudaSuccess;
+  rope_kernel<<<blocks_for(size_t(T) * heads, 4), 128, 0, stream>>>(x, T, heads, head_dim, ld, rope_dim, pos,
+                                                                    inv_freq, attn_scale, inverse, norm_eps);
+  return cudaGetLastError();
+}
+
+cudaError_t fp8_block_sim(float* x, int rows, int ld, int width, int block, cudaStream_t stream) {
+  if (rows == 0 || width == 0) return cudaSuccess;
+  const size_t items = size_t(rows) * ((width + block - 1) / block);
+  fp8_block_sim_kernel<<<blocks_for(items, 8), 256, 0, stream>>>(x, rows, ld, width, block);
+  return cudaGetLastError();
+}
+
+cudaError_t hadamard_fp4_sim(float* x, int rows, int dim, bool fp4, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  if (dim <= 0 || dim > 1024 || (dim & (dim - 1)) || (fp4 && dim % 32)) return cudaErrorInvalidValue;
+  hadamard_fp4_kernel<<<rows, 128, dim * sizeof(float), stream>>>(x, dim, fp4);
+  return cudaGetLastError();
+}
+
+cudaError_t act_quant_fp8(const float* x, int M, int K, int ldx, uint8_t* q, float* scales, cudaStream_t stream) {
+  if (M == 0) return cudaSuccess;
+  if (K % 128 || ldx % 4) return cudaErrorInvalidValue;
+  act_quant_kernel<<<blocks_for(size_t(M) * (K / 128), 8), 256, 0, stream>>>(x, M, K, ldx, q, scales);
+  return cudaGetLastError();
+}
+
+cudaError_t to_bf16(const float* x, int M, int K, int ldx, uint16_t* out, cudaStream_t stream) {
+  if (M == 0) return cudaSuccess;
+  to_bf16_kernel<<<blocks_for(size_t(M) * K, 256), 256, 0, stream>>>(x, M, K, ldx, out);
+  return cudaGetLastError();
+}
+
+cudaError_t add_ape(float* score, int T, int width, int ld, const int* pos, const float* ape, int ratio,
+                    cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  add_ape_kernel<<<T, 256, 0, stream>>>(score, width, ld, pos, ape, ratio);
+  return cudaGetLastError();
+}
+
+cudaError_t swiglu(const float* h, int rows, const int* /*rows_dev*/, int I, float limit, const float* row_weight,
+                   float* act, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  swiglu_kernel<<<blocks_for(size_t(rows) * I, 256), 256, 0, stream>>>(h, rows, I, limit, row_weight, act);
+  return cudaGetLastError();
+}
+
+cudaError_t scale_values(float* x, size_t n, float s, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  scale_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n, s);
+  return cudaGetLastError();
+}
+
+cudaError_t gather_rows(const float* x, int D, const int* rows, int count, float* out, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  gather_kernel<<<count, 256, 0, stream>>>(x, D, rows, out);
+  return cudaGetLastError();
+}
+
+cudaError_t fill_uniform(void* dst, size_t n, int kind, float scale, uint64_t seed, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const size_t blocks = std::min<size_t>((n + 255) / 256, 65536);
+  fill_kernel<<<unsigned(blocks), 256, 0, stream>>>(dst, n, kind, scale, seed);
+  return cudaGetLastError();
+}
+
+cudaError_t fill_value(float* dst, size_t n, float value, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  fill_value_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(dst, n, value);
+  return cudaGetLastError();
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,203 @@
+// Skinny GEMM for decode-sized row counts (kernels/cuda/ops.h gemv): y = x W^T with fp32 activations and fp32
+// accumulation, weights BF16 or FP8 e4m3 with 128-wide block scales, streamed from HBM once per 8 rows with
+// 16-byte loads. A block of 256 threads owns RG x R weight rows; the KT threads of a row group split K
+// (KT = 32..256, chosen so that short rows still keep every thread busy) and reduce through shuffles and
+// shared memory. Grouped mode (MoE): blockIdx.y is an active expert group with its own rows.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace moeserve::cuda {
+
+namespace {
+
+using namespace dev;
+
+constexpr int kThreads = 256;
+constexpr int kRows = 4;  // weight rows per row group
+
+// 8 bf16 (one uint4) -> fp32
+__device__ __forceinline__ void unpack_bf16(const uint4& v, float* f) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(u[i] << 16);
+    f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+// 16 e4m3 (one uint4) -> fp32
+__device__ __forceinline__ void unpack_fp8(const uint4& v, float* f) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u[i] & 0xffffu), __NV_E4M3);
+    __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u[i] >> 16), __NV_E4M3);
+    float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
+    f[4 * i] = a.x;
+    f[4 * i + 1] = a.y;
+    f[4 * i + 2] = b.x;
+    f[4 * i + 3] = b.y;
+  }
+}
+
+template <bool FP8>
+__device__ __forceinline__ float weight_scalar(const void* w, size_t index) {
+  if constexpr (FP8) return fp8_value(static_cast<const uint8_t*>(w)[index]);
+  else return bf16_value(static_cast<const uint16_t*>(w)[index]);
+}
+
+template <bool FP8, int MT, bool VECTOR>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a, int KT) {
+  constexpr int VEC = FP8 ? 16 : 8;
+  const int p = blockIdx.y;
+  const void* w;
+  const float* rs = nullptr;
+  const float* x = a.x;
+  float* y = a.y;
+  int M, row0 = 0;
+  if (a.group_count) {
+    if (p >= *a.num_groups) return;
+    const int e = a.group_expert[p];
+    w = static_cast<const char*>(a.w) + size_t(e) * a.w_stride * (FP8 ? 1 : 2);
+    if (FP8) rs = a.row_scale + size_t(e) * a.scale_stride;
+    row0 = a.group_offset[p];
+    M = a.group_count[p];
+  } else {
+    w = static_cast<const char*>(a.w) + size_t(p) * a.w_stride * (FP8 ? 1 : 2);
+    if (FP8) rs = a.row_scale + size_t(p) * a.scale_stride;
+    x += size_t(p) * a.x_stride;
+    y += size_t(p) * a.y_stride;
+    M = a.M;
+  }
+  const int RG = kThreads / KT;
+  const int kl = threadIdx.x % KT, rg = threadIdx.x / KT;
+  const int n0 = (blockIdx.x * RG + rg) * kRows;
+  const int K = a.K, N = a.N;
+  __shared__ float red[kThreads / 32][kRows * MT];
+
+  for (int m0 = 0; m0 < M; m0 += MT) {
+    const float* xr[MT];
+    bool mv[MT];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const int m = m0 + i;
+      mv[i] = m < M;
+      const int xrow = !mv[i] ? 0 : (a.group_count ? (a.x_rows ? a.x_rows[row0 + m] : row0 + m) : m);
+      xr[i] = x + size_t(xrow) * a.ldx;
+    }
+    float acc[kRows][MT];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int i = 0; i < MT; ++i) acc[r][i] = 0.0f;
+
+    if constexpr (VECTOR) {
+      for (int k = kl * VEC; k < K; k += KT * VEC) {
+        float xv[MT][VEC];
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+#pragma unroll
+          for (int v = 0; v < VEC; v += 4) {
+            float4 f = mv[i] ? __ldg(reinterpret_cast<const float4*>(xr[i] + k + v)) : make_float4(0, 0, 0, 0);
+            xv[i][v] = f.x;
+            xv[i][v + 1] = f.y;
+            xv[i][v + 2] = f.z;
+            xv[i][v + 3] = f.w;
+          }
+        }
+        uint4 wv[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const int n = n0 + r;
+          wv[r] = n < N ? __ldg(reinterpret_cast<const uint4*>(static_cast<const char*>(w) +
+                                                                (size_t(n) * K + k) * (FP8 ? 1 : 2)))
+                        : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          float wf[VEC];
+          if constexpr (FP8) unpack_fp8(wv[r], wf);
+          else unpack_bf16(wv[r], wf);
+          float s = 1.0f;
+          if constexpr (FP8) s = (n0 + r < N) ? __ldg(rs + size_t(n0 + r) * a.scale_ld + k / 128) : 0.0f;
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            float part = 0.0f;
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) part += xv[i][v] * wf[v];
+            acc[r][i] += FP8 ? part * s : part;
+          }
+        }
+      }
+    } else {
+      for (int k = kl; k < K; k += KT) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const int n = n0 + r;
+          if (n >= N) continue;
+          float wf = weight_scalar<FP8>(w, size_t(n) * K + k);
+          if constexpr (FP8) wf *= rs[size_t(n) * a.scale_ld + k / 128];
+#pragma unroll
+          for (int i = 0; i < MT; ++i)
+            if (mv[i]) acc[r][i] += xr[i][k] * wf;
+        }
+      }
+    }
+
+    // Reduce over the KT threads of each row group.
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        float v = warp_sum(acc[r][i]);
+        if (lane == 0) red[warp][r * MT + i] = v;
+      }
+    __syncthreads();
+    const int wpg = KT / 32;  // warps per row group
+    for (int idx = threadIdx.x; idx < RG * kRows * MT; idx += kThreads) {
+      const int g = idx / (kRows * MT), ri = idx % (kRows * MT);
+      const int r = ri / MT, i = ri % MT;
+      const int n = (blockIdx.x * RG + g) * kRows + r, m = m0 + i;
+      if (n >= N || m >= M) continue;
+      float s = 0;
+      for (int q = 0; q < wpg; ++q) s += red[g * wpg + q][ri];
+      float* out = y + size_t(a.group_count ? row0 + m : m) * a.ldy + n;
+      *out = a.accumulate ? *out + s : s;
+    }
+    __syncthreads();
+  }
+}
+
+template <bool FP8, bool VECTOR>
+cudaError_t launch(const GemvArgs& a, int mt, dim3 grid, int KT, cudaStream_t stream) {
+  switch (mt) {
+    case 1: gemv_kernel<FP8, 1, VECTOR><<<grid, kThreads, 0, stream>>>(a, KT); break;
+    case 2: gemv_kernel<FP8, 2, VECTOR><<<grid, kThreads, 0, stream>>>(a, KT); break;
+    case 4: gemv_kernel<FP8, 4, VECTOR><<<grid, kThreads, 0, stream>>>(a, KT); break;
+    default: gemv_kernel<FP8, 8, VECTOR><<<grid, kThreads, 0, stream>>>(a, KT); break;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
+  if (a.N == 0 || a.problems == 0 || (!a.group_count && a.M == 0)) return cudaSuccess;
+  const bool fp8 = a.wtype == WeightType::FP8;
+  const int vec = fp8 ? 16 : 8;
+  const bool vector = a.K % vec == 0 && a.ldx % 4 == 0 && a.x_stride % 4 == 0 &&
+                      (reinterpret_cast<uintptr_t>(a.x) % 16) == 0 && (reinterpret_cast<uintptr_t>(a.w) % 16) == 0 &&
+                      (a.w_stride * (fp8 ? 1 : 2)) % 16 == 0;
+  const int lanes = vector ? (a.K + vec - 1) / vec : a.K;
+  int KT = 32;
+  while (KT < kThreads && KT < lanes) KT *= 2;
+  const int rows_per_block = (kThreads / KT) * kRows;
+  // Rows per pass: grouped problems may hold any count (8); dense ones exactly what they need.
+  int mt = 8;
+  if (!a.group_count) mt = a.M <= 1 ? 1 : a.M <= 2 ? 2 : a.M <= 4 ? 4 : 8;
+  dim3 grid((a.N + rows_per_block - 1) / rows_per_block, a.problems);
+  if (fp8) return vector ? launch<true, true>(a, mt, grid, KT, stream) : launch<true, false>(a, mt, grid, KT, stream);
+  return vector ? launch<false, true>(a, mt, grid, KT, stream) : launch<false, false>(a, mt, grid, KT, stream);
+}
+
+}  // namespace moeserve::cuda

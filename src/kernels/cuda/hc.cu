@@ -1,0 +1,197 @@
+// mHC (manifold-constrained hyper-connections) on the GPU (kernels/cpu/hyper_connection.h):
+//  hc_mix_partial: one pass over the hc streams of each token, split along the hc*D width across blocks so a
+//    single decode token still spreads over the chip; each block adds its slice's dot products with the mix
+//    weights fn and its sum of squares;
+//  hc_pre_finish: per token, sums the splits, applies the RMS factor, sigmoid / Sinkhorn, collapses the
+//    streams and (fused) RMS-normalises the collapsed row with the block's norm weight;
+//  hc_post: the residual update of all streams in one pass.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace moeserve::cuda {
+
+namespace {
+
+using namespace dev;
+
+constexpr int kMixThreads = 256;
+constexpr int kMixTokens = 4;  // tokens per block: fn is read once per 4 tokens
+
+template <int MIX>
+__global__ void __launch_bounds__(kMixThreads) hc_mix_kernel(const float* h, int T, int width, const float* fn,
+                                                              int chunk, float* partial) {
+  const int split = blockIdx.x, t0 = blockIdx.y * kMixTokens;
+  const int begin = split * chunk, end = min(width, begin + chunk);
+  float acc[kMixTokens][MIX + 1];
+#pragma unroll
+  for (int i = 0; i < kMixTokens; ++i)
+#pragma unroll
+    for (int m = 0; m <= MIX; ++m) acc[i][m] = 0.0f;
+  for (int e = begin + threadIdx.x; e < end; e += kMixThreads) {
+    float hv[kMixTokens];
+#pragma unroll
+    for (int i = 0; i < kMixTokens; ++i) hv[i] = (t0 + i < T) ? h[size_t(t0 + i) * width + e] : 0.0f;
+#pragma unroll
+    for (int m = 0; m < MIX; ++m) {
+      const float f = fn[size_t(m) * width + e];
+#pragma unroll
+      for (int i = 0; i < kMixTokens; ++i) acc[i][m] += hv[i] * f;
+    }
+#pragma unroll
+    for (int i = 0; i < kMixTokens; ++i) acc[i][MIX] += hv[i] * hv[i];
+  }
+  __shared__ float red[kMixThreads / 32][kMixTokens * (MIX + 1)];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int i = 0; i < kMixTokens; ++i)
+#pragma unroll
+    for (int m = 0; m <= MIX; ++m) {
+      float v = warp_sum(acc[i][m]);
+      if (lane == 0) red[warp][i * (MIX + 1) + m] = v;
+    }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < kMixTokens * (MIX + 1); idx += kMixThreads) {
+    const int i = idx / (MIX + 1), m = idx % (MIX + 1);
+    if (t0 + i >= T) continue;
+    float s = 0;
+    for (int w = 0; w < kMixThreads / 32; ++w) s += red[w][idx];
+    partial[(size_t(split) * T + t0 + i) * (MIX + 1) + m] = s;
+  }
+}
+
+__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// One block per token.
+__global__ void hc_finish_kernel(const float* partial, int splits, const float* h, int T, int hc, int dim, int mix,
+                                 const float* base, const float* scale, int iters, float hc_eps, float norm_eps,
+                                 const float* norm_w, float* collapsed, float* post, float* comb) {
+  extern __shared__ float row[];  // [dim]
+  __shared__ float mixes[64];
+  __shared__ float pre[8];
+  __shared__ double red[32];
+  const int t = blockIdx.x;
+  const int width = hc * dim;
+  if (threadIdx.x <= mix) {
+    double s = 0;  // the splits in a fixed order
+    for (int k = 0; k < splits; ++k) s += double(partial[(size_t(k) * T + t) * (mix + 1) + threadIdx.x]);
+    mixes[threadIdx.x] = float(s);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const float r = float(1.0 / sqrt(double(mixes[mix]) / double(width) + double(norm_eps)));
+    for (int m = 0; m < mix; ++m) mixes[m] *= r;
+    for (int j = 0; j < hc; ++j) pre[j] = sigmoidf(mixes[j] * scale[0] + base[j]) + hc_eps;
+    if (mix > hc) {
+      for (int j = 0; j < hc; ++j) post[size_t(t) * hc + j] = 2.0f * sigmoidf(mixes[hc + j] * scale[1] + base[hc + j]);
+      float c[64];
+      for (int r0 = 0; r0 < hc; ++r0) {
+        float mx = -INFINITY;
+        for (int k = 0; k < hc; ++k) {
+          c[r0 * hc + k] = mixes[2 * hc + r0 * hc + k] * scale[2] + base[2 * hc + r0 * hc + k];
+          mx = fmaxf(mx, c[r0 * hc + k]);
+        }
+        float sum = 0;
+        for (int k = 0; k < hc; ++k) sum += (c[r0 * hc + k] = expf(c[r0 * hc + k] - mx));
+        for (int k = 0; k < hc; ++k) c[r0 * hc + k] = c[r0 * hc + k] / sum + hc_eps;
+      }
+      for (int it = 0; it < iters; ++it) {
+        if (it > 0) {  // rows, then columns (the first pass is columns only)
+          for (int r0 = 0; r0 < hc; ++r0) {
+            float sum = 0;
+            for (int k = 0; k < hc; ++k) sum += c[r0 * hc + k];
+            for (int k = 0; k < hc; ++k) c[r0 * hc + k] /= (sum + hc_eps);
+          }
+        }
+        for (int k = 0; k < hc; ++k) {
+          float sum = 0;
+          for (int r0 = 0; r0 < hc; ++r0) sum += c[r0 * hc + k];
+          for (int r0 = 0; r0 < hc; ++r0) c[r0 * hc + k] /= (sum + hc_eps);
+        }
+      }
+      for (int i = 0; i < hc * hc; ++i) comb[size_t(t) * hc * hc + i] = c[i];
+    }
+  }
+  __syncthreads();
+  const float* ht = h + size_t(t) * width;
+  double ss = 0;
+  for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+    float acc = 0;
+    for (int j = 0; j < hc; ++j) acc += pre[j] * ht[size_t(j) * dim + d];
+    row[d] = acc;
+    ss += double(acc) * double(acc);
+  }
+  float* out = collapsed + size_t(t) * dim;
+  if (norm_w) {
+    ss = block_sum(ss, red);
+    const float s = float(1.0 / sqrt(ss / double(dim) + double(norm_eps)));
+    for (int d = threadIdx.x; d < dim; d += blockDim.x) out[d] = row[d] * s * norm_w[d];
+  } else {
+    for (int d = threadIdx.x; d < dim; d += blockDim.x) out[d] = row[d];
+  }
+}
+
+template <int HC>
+__global__ void hc_post_kernel(float* h, int T, int dim, const float* y, const float* post, const float* comb) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(T) * dim) return;
+  const int t = int(i / dim), d = int(i % dim);
+  float* ht = h + size_t(t) * HC * dim;
+  float old[HC];
+#pragma unroll
+  for (int j = 0; j < HC; ++j) old[j] = ht[size_t(j) * dim + d];
+  const float yv = y[size_t(t) * dim + d];
+  const float* c = comb + size_t(t) * HC * HC;
+#pragma unroll
+  for (int k = 0; k < HC; ++k) {
+    float acc = post[size_t(t) * HC + k] * yv;
+#pragma unroll
+    for (int j = 0; j < HC; ++j) acc += c[j * HC + k] * old[j];
+    ht[size_t(k) * dim + d] = acc;
+  }
+}
+
+}  // namespace
+
+int hc_mix_splits(int width) { return (width + 255) / 256; }
+
+cudaError_t hc_mix_partial(const float* h, int T, int width, const float* fn, int mix, int splits, float* partial,
+                           cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  const int chunk = (width + splits - 1) / splits;
+  dim3 grid(splits, (T + kMixTokens - 1) / kMixTokens);
+  if (mix == 24)
+    hc_mix_kernel<24><<<grid, kMixThreads, 0, stream>>>(h, T, width, fn, chunk, partial);
+  else if (mix == 4)
+    hc_mix_kernel<4><<<grid, kMixThreads, 0, stream>>>(h, T, width, fn, chunk, partial);
+  else
+    return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+cudaError_t hc_pre_finish(const float* partial, int splits, const float* h, int T, int hc, int dim, int mix,
+                          const float* base, const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps,
+                          const float* norm_w, float* collapsed, float* post, float* comb, cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  if (hc > 8 || mix > 63) return cudaErrorInvalidValue;
+  hc_finish_kernel<<<T, 256, dim * sizeof(float), stream>>>(partial, splits, h, T, hc, dim, mix, base, scale,
+                                                             sinkhorn_iters, hc_eps, norm_eps, norm_w, collapsed,
+                                                             post, comb);
+  return cudaGetLastError();
+}
+
+cudaError_t hc_post(float* h, int T, int hc, int dim, const float* y, const float* post, const float* comb,
+                    cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  const unsigned blocks = unsigned((size_t(T) * dim + 255) / 256);
+  if (hc == 4)
+    hc_post_kernel<4><<<blocks, 256, 0, stream>>>(h, T, dim, y, post, comb);
+  else if (hc == 2)
+    hc_post_kernel<2><<<blocks, 256, 0, stream>>>(h, T, dim, y, post, comb);
+  else if (hc == 1)
+    hc_post_kernel<1><<<blocks, 256, 0, stream>>>(h, T, dim, y, post, comb);
+  else
+    return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,350 @@
+// KV-side ops of a compressed attention layer (kernels/cuda/ops.h): the compressors (entry emission from the
+// chunk's rows and the ring, ring update), the window ring update, the lightning indexer's scores and top-k.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.h"
+
+#include <climits>
+
+namespace moeserve::cuda {
+
+namespace {
+
+using namespace dev;
+
+__device__ __forceinline__ const float* ring_or_chunk(const CompressorArgs& a, int p, int start, int begin, int slot,
+                                                     bool score) {
+  if (p >= start) return (score ? a.score : a.kv) + size_t(begin + p - start) * a.ld;
+  return a.state + (size_t(slot * 2 + (score ? 1 : 0)) * a.rows + p % a.rows) * a.width;
+}
+
+// One block per token; emits when the token completes a block.
+__global__ void compressor_emit_kernel(BatchDesc b, CompressorArgs a) {
+  extern __shared__ float out[];  // [dim]
+  __shared__ double red[32];
+  const int t = blockIdx.x;
+  const int pos = b.tok_pos[t];
+  if ((pos + 1) % a.ratio != 0) return;
+  const int s = b.tok_seq[t];
+  const int begin = b.seq_begin[s], start = b.seq_start[s], slot = b.seq_slot[s];
+  const int entry = pos / a.ratio, d = a.dim, r = a.ratio;
+  const bool has_prev = a.overlap && entry > 0;
+  const int half = a.overlap ? d : 0;
+  for (int f = threadIdx.x; f < d; f += blockDim.x) {
+    float mx = -INFINITY;
+    if (has_prev)
+      for (int p = (entry - 1) * r; p < entry * r; ++p) mx = fmaxf(mx, ring_or_chunk(a, p, start, begin, slot, true)[f]);
+    for (int p = entry * r; p < (entry + 1) * r; ++p)
+      mx = fmaxf(mx, ring_or_chunk(a, p, start, begin, slot, true)[half + f]);
+    float value = 0.0f;
+    if (mx != -INFINITY) {
+      float sum = 0, acc = 0;
+      if (has_prev)
+        for (int p = (entry - 1) * r; p < entry * r; ++p) {
+          const float v = ring_or_chunk(a, p, start, begin, slot, true)[f];
+          if (v == -INFINITY) continue;
+          const float e = expf(v - mx);
+          sum += e;
+          acc += e * ring_or_chunk(a, p, start, begin, slot, false)[f];
+        }
+      for (int p = entry * r; p < (entry + 1) * r; ++p) {
+        const float v = ring_or_chunk(a, p, start, begin, slot, true)[half + f];
+        if (v == -INFINITY) continue;
+        const float e = expf(v - mx);
+        sum += e;
+        acc += e * ring_or_chunk(a, p, start, begin, slot, false)[half + f];
+      }
+      value = acc / sum;
+    }
+    out[f] = value;
+  }
+  // RMSNorm (double accumulation, as the reference).
+  double ss = 0;
+  for (int f = threadIdx.x; f < d; f += blockDim.x) ss += double(out[f]) * double(out[f]);
+  ss = block_sum(ss, red);
+  const float sc = float(1.0 / sqrt(ss / double(d) + double(a.eps)));
+  for (int f = threadIdx.x; f < d; f += blockDim.x) out[f] = out[f] * sc * a.norm_w[f];
+  __syncthreads();
+  // RoPE at the entry's first position.
+  {
+    const float pf = float(entry * r);
+    float* rr = out + (d - a.rope_dim);
+    for (int i = threadIdx.x; i < a.rope_dim / 2; i += blockDim.x) {
+      const float angle = pf * a.inv_freq[i];
+      const float c = float(cos(double(angle))) * a.rope_scale, sn = float(sin(double(angle))) * a.rope_scale;
+      const float x0 = rr[2 * i], x1 = rr[2 * i + 1];
+      rr[2 * i] = x0 * c - x1 * sn;
+      rr[2 * i + 1] = x1 * c + x0 * sn;
+    }
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  if (a.post == 1) {  // FP8 simulation of the non-rope dims, blocks of 64
+    for (int blk = warp; blk * 64 < a.nope; blk += warps) {
+      const int b0 = blk * 64, n = min(a.nope, b0 + 64) - b0;
+      float amax = 0;
+      for (int i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(out[b0 + i]));
+      amax = warp_max(amax);
+      const float sc8 = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
+      for (int i = lane; i < n; i += 32) out[b0 + i] = fp8_round(out[b0 + i] / sc8) * sc8;
+    }
+    __syncthreads();
+  } else if (a.post == 2) {  // Hadamard rotation, then FP4 per 32
+    for (int len = 1; len < d; len <<= 1) {
+      for (int p = threadIdx.x; p < d / 2; p += blockDim.x) {
+        const int i = (p / len) * 2 * len + p % len, j = i + len;
+        const float x0 = out[i], x1 = out[j];
+        out[i] = x0 + x1;
+        out[j] = x0 - x1;
+      }
+      __syncthreads();
+    }
+    const float norm = 1.0f / sqrtf(float(d));
+    for (int f = threadIdx.x; f < d; f += blockDim.x) out[f] *= norm;
+    __syncthreads();
+    for (int blk = warp; blk < d / 32; blk += warps) {
+      const float v = out[blk * 32 + lane];
+      const float amax = warp_max(fabsf(v));
+      const float sc4 = pow2_scale(amax, kFp4Max, kFp4AmaxFloor);
+      out[blk * 32 + lane] = fp4_round(v / sc4) * sc4;
+    }
+    __syncthreads();
+  }
+  const int page = b.page_table[size_t(s) * b.page_ld + entry / a.epp];
+  float* dst = a.pool + (size_t(page) * a.epp + entry % a.epp) * d;
+  for (int f = threadIdx.x; f < d; f += blockDim.x) dst[f] = out[f];
+}
+
+__global__ void compressor_store_kernel(BatchDesc b, CompressorArgs a) {
+  const int t = blockIdx.x, s = b.tok_seq[t];
+  const int i = t - b.seq_begin[s];
+  if (i < b.seq_count[s] - a.rows) return;
+  const int pos = b.tok_pos[t], slot = b.seq_slot[s];
+  float* kv = a.state + (size_t(slot * 2) * a.rows + pos % a.rows) * a.width;
+  float* sc = a.state + (size_t(slot * 2 + 1) * a.rows + pos % a.rows) * a.width;
+  for (int f = threadIdx.x; f < a.width; f += blockDim.x) {
+    kv[f] = a.kv[size_t(t) * a.ld + f];
+    sc[f] = a.score[size_t(t) * a.ld + f];
+  }
+}
+
+__global__ void window_store_kernel(BatchDesc b, KvLayerView v, const float* kv) {
+  const int t = blockIdx.x, s = b.tok_seq[t];
+  const int i = t - b.seq_begin[s];
+  if (i < b.seq_count[s] - v.cap) return;
+  const int pos = b.tok_pos[t], slot = b.seq_slot[s];
+  float* dst = v.window + ((size_t(slot) * v.num_layers + v.layer) * v.cap + pos % v.cap) * v.hd;
+  for (int f = threadIdx.x; f < v.hd; f += blockDim.x) dst[f] = kv[size_t(t) * v.hd + f];
+}
+
+constexpr int kIdxKeys = 32;
+
+// grid (T, key tiles of 32); 256 threads = 32 keys x 8 head groups.
+__global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const float* q, const float* w, int heads,
+                                                             int dim, const float* keys, int epp, int ratio,
+                                                             float scale, float* scores, int ld) {
+  extern __shared__ float sm[];
+  float* qs = sm;                        // [heads][dim]
+  float* ks = sm + heads * dim;          // [32][dim + 1]
+  __shared__ float part[8][kIdxKeys];
+  const int t = blockIdx.x, j0 = blockIdx.y * kIdxKeys;
+  const int valid = (b.tok_pos[t] + 1) / ratio;
+  if (j0 >= valid) return;
+  const int s = b.tok_seq[t];
+  for (int i = threadIdx.x; i < heads * dim; i += blockDim.x) qs[i] = q[size_t(t) * heads * dim + i];
+  for (int i = threadIdx.x; i < kIdxKeys * dim; i += blockDim.x) {
+    const int j = i / dim, c = i % dim, key = j0 + j;
+    float v = 0.0f;
+    if (key < valid) {
+      const int page = b.page_table[size_t(s) * b.page_ld + key / epp];
+      v = keys[(size_t(page) * epp + key % epp) * dim + c];
+    }
+    ks[j * (dim + 1) + c] = v;
+  }
+  __syncthreads();
+  const int j = threadIdx.x & 31, hg = threadIdx.x >> 5;
+  const float* wt = w + size_t(t) * heads;
+  float acc = 0.0f;
+  for (int h = hg; h < heads; h += 8) {
+    const float* qh = qs + h * dim;
+    const float* kj = ks + j * (dim + 1);
+    float v = 0.0f;
+    for (int c = 0; c < dim; ++c) v += qh[c] * kj[c];
+    acc += fmaxf(v, 0.0f) * scale * wt[h];
+  }
+  part[hg][j] = acc;
+  __syncthreads();
+  if (threadIdx.x < kIdxKeys && j0 + threadIdx.x < valid) {
+    float total = 0.0f;
+    for (int g = 0; g < 8; ++g) total += part[g][threadIdx.x];
+    scores[size_t(t) * ld + j0 + threadIdx.x] = total;
+  }
+}
+
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+constexpr int kTopkThreads = 1024;
+constexpr int kTopkMax = 2048;
+
+__device__ __forceinline__ bool before(uint32_t ka, int ia, uint32_t kb, int ib) {
+  return ka > kb || (ka == kb && ia < ib);
+}
+
+__global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b, const float* scores, int ld,
+                                                                    int ratio, int k, int* idx) {
+  __shared__ int hist[256];
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_remaining, s_count;
+  __shared__ uint32_t sk[kTopkMax];
+  __shared__ int si[kTopkMax];
+  __shared__ int warp_counts[32];
+  const int t = blockIdx.x;
+  const int n = (b.tok_pos[t] + 1) / ratio;
+  const int kk = min(k, n);
+  int* out = idx + size_t(t) * k;
+  for (int j = kk + threadIdx.x; j < k; j += blockDim.x) out[j] = -1;
+  if (kk == 0) return;
+  const float* sc = scores + size_t(t) * ld;
+  // Radix select of the kk-th largest key.
+  uint32_t prefix = 0, mask = 0;
+  int remaining = kk;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const uint32_t u = order_key(sc[i]);
+      if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int cum = 0, digit = 0;
+      for (int dg = 255; dg >= 0; --dg) {
+        if (cum + hist[dg] >= remaining) {
+          digit = dg;
+          break;
+        }
+        cum += hist[dg];
+      }
+      s_remaining = remaining - cum;
+      s_prefix = prefix | (uint32_t(digit) << shift);
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    remaining = s_remaining;
+    mask |= 255u << shift;
+    __syncthreads();
+  }
+  const uint32_t thr = prefix;  // the kk-th largest key; `remaining` of the keys equal to it are taken
+  if (threadIdx.x == 0) s_count = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const uint32_t u = order_key(sc[i]);
+    if (u > thr) {
+      const int slot = atomicAdd(&s_count, 1);
+      sk[slot] = u;
+      si[slot] = i;
+    }
+  }
+  __syncthreads();
+  const int above = s_count;
+  // Ties at the threshold: the lowest indices, in index order.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int base = 0;
+  for (int c0 = 0; c0 < n && base < remaining; c0 += blockDim.x) {
+    const int i = c0 + threadIdx.x;
+    const bool eq = i < n && order_key(sc[i]) == thr;
+    const unsigned ballot = __ballot_sync(0xffffffffu, eq);
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int before_warps = 0, total = 0;
+    for (int w = 0; w < int(blockDim.x / 32); ++w) {
+      if (w < warp) before_warps += warp_counts[w];
+      total += warp_counts[w];
+    }
+    const int rank = base + before_warps + __popc(ballot & ((1u << lane) - 1u));
+    if (eq && rank < remaining) {
+      sk[above + rank] = thr;
+      si[above + rank] = i;
+    }
+    base += total;
+    __syncthreads();
+  }
+  // Bitonic sort of the kk selected (descending key, ascending index).
+  int P = 1;
+  while (P < kk) P <<= 1;
+  for (int i = kk + threadIdx.x; i < P; i += blockDim.x) {
+    sk[i] = 0;
+    si[i] = INT_MAX;
+  }
+  __syncthreads();
+  for (int size = 2; size <= P; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = threadIdx.x; i < P; i += blockDim.x) {
+        const int j = i ^ stride;
+        if (j > i) {
+          const bool up = (i & size) == 0;
+          const bool ordered = before(sk[i], si[i], sk[j], si[j]);
+          if (ordered != up) {
+            const uint32_t tk = sk[i];
+            sk[i] = sk[j];
+            sk[j] = tk;
+            const int ti = si[i];
+            si[i] = si[j];
+            si[j] = ti;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (int j = threadIdx.x; j < kk; j += blockDim.x) out[j] = si[j];
+}
+
+}  // namespace
+
+cudaError_t compressor_emit(const BatchDesc& b, const CompressorArgs& a, cudaStream_t stream) {
+  if (b.T == 0) return cudaSuccess;
+  if (a.post == 2 && ((a.dim & (a.dim - 1)) || a.dim % 32)) return cudaErrorInvalidValue;
+  compressor_emit_kernel<<<b.T, 256, a.dim * sizeof(float), stream>>>(b, a);
+  return cudaGetLastError();
+}
+
+cudaError_t compressor_store(const BatchDesc& b, const CompressorArgs& a, cudaStream_t stream) {
+  if (b.T == 0) return cudaSuccess;
+  compressor_store_kernel<<<b.T, 256, 0, stream>>>(b, a);
+  return cudaGetLastError();
+}
+
+cudaError_t window_store(const BatchDesc& b, const KvLayerView& v, const float* kv, cudaStream_t stream) {
+  if (b.T == 0) return cudaSuccess;
+  window_store_kernel<<<b.T, 128, 0, stream>>>(b, v, kv);
+  return cudaGetLastError();
+}
+
+cudaError_t indexer_scores(const BatchDesc& b, const float* q, const float* w, int heads, int dim, const float* keys,
+                           int epp, int ratio, float scale, int max_keys, float* scores, int ld,
+                           cudaStream_t stream) {
+  if (b.T == 0 || max_keys <= 0) return cudaSuccess;
+  const size_t smem = (size_t(heads) * dim + size_t(kIdxKeys) * (dim + 1)) * sizeof(float);
+  static bool configured = false;
+  if (!configured) {
+    cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    configured = true;
+  }
+  if (smem > 200 * 1024) return cudaErrorInvalidValue;
+  dim3 grid(b.T, (max_keys + kIdxKeys - 1) / kIdxKeys);
+  indexer_scores_kernel<<<grid, 256, smem, stream>>>(b, q, w, heads, dim, keys, epp, ratio, scale, scores, ld);
+  return cudaGetLastError();
+}
+
+cudaError_t indexer_topk(const BatchDesc& b, const float* scores, int ld, int ratio, int k, int* idx,
+                         cudaStream_t stream) {
+  if (b.T == 0) return cudaSuccess;
+  if (k > kTopkMax || k <= 0) return cudaErrorInvalidValue;
+  indexer_topk_kernel<<<b.T, kTopkThreads, 0, stream>>>(b, scores, ld, ratio, k, idx);
+  return cudaGetLastError();
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,232 @@
+#pragma once
+// The DeepSeek-V4 forward's CUDA ops (Hopper, sm_90a): plain pointer APIs, stream-ordered, no allocation, no
+// host synchronisation (so a decode step built from them can be captured in a CUDA graph). Each op has the
+// semantics of a CPU reference op in kernels/cpu/ or src/model/ (named beside it) and a differential test in
+// tests/kernels/cuda/. Every function returns the launch status (cudaGetLastError after the launch).
+//
+// Plain header (CUDA runtime types only): .cu files (nvcc, C++17) and .cpp files both include it.
+// Activations are fp32 row-major; weights are BF16 (uint16_t bits) or FP8 e4m3 (uint8_t) with fp32 scales.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace moeserve::cuda {
+
+// ----------------------------------------------------------------------------------------------------------
+// The token/sequence layout of one forward over a batch of sequence chunks (model/block.h Segment), all device
+// arrays. Token t belongs to sequence tok_seq[t] at position tok_pos[t]; sequence s owns batch rows
+// [seq_begin[s], seq_begin[s] + seq_count[s]), its first one at position seq_start[s] (its committed length),
+// request slot seq_slot[s] and KV pages page_table[s * page_ld + i].
+struct BatchDesc {
+  int T = 0, S = 0;
+  const int* tok_pos = nullptr;
+  const int* tok_seq = nullptr;
+  const int* tok_id = nullptr;
+  const int* seq_begin = nullptr;
+  const int* seq_start = nullptr;
+  const int* seq_count = nullptr;
+  const int* seq_slot = nullptr;
+  const int* page_table = nullptr;
+  int page_ld = 0;
+};
+
+// One attention layer's KV state on the device: the fp32 pools of cache::KvCache, same indexing
+// (cache/kv_cache.h): window [slots][num_layers][cap][hd]; compressed entries and indexer keys per page
+// [pages][epp][dim]; compressor rings [slots][2 (kv, score)][rows][width] indexed by position % rows.
+struct KvLayerView {
+  float* window = nullptr;
+  int layer = 0, num_layers = 0, cap = 0, hd = 0;
+  float* compressed = nullptr;  // null for window-only layers
+  float* index_keys = nullptr;  // CSA only
+  int epp = 0, ihd = 0;
+  float* state = nullptr;
+  int state_rows = 0, state_width = 0;
+  float* index_state = nullptr;
+  int index_width = 0;
+};
+
+// ---------------------------------------------------------------------------- elementwise (elementwise.cu)
+// h[t, j, :] = table[ids[t], :] for each of hc streams (model.cpp). table: bf16 bits or fp32 [vocab, D].
+cudaError_t embed_gather(const void* table, bool table_bf16, int D, const int* ids, int T, int hc, float* h,
+                         cudaStream_t stream);
+// out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) (* w), rows of `dim` (kernels/cpu/norm.h). In place when out == x.
+cudaError_t rms_norm(const float* x, int rows, int dim, int ldx, const float* w, float eps, float* out, int ldo,
+                     cudaStream_t stream);
+// For each token t, each of `heads` rows of head_dim at x + t * ld + h * head_dim: optionally the unweighted
+// per-head RMSNorm first (norm_eps > 0), then the interleaved rotation of the trailing rope_dim values at
+// position pos[t] (kernels/cpu/rope.h RopeTable::apply; inverse = conjugate). inv_freq: [rope_dim / 2].
+cudaError_t rope(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
+                 const float* inv_freq, float attn_scale, bool inverse, float norm_eps, cudaStream_t stream);
+// In place: each `block` of the first `width` values of each row -> fp8(clamp(x / s)) * s, s the power-of-two
+// scale of the block's amax (kernels/cpu/quant.h fp8_block_sim; a trailing partial block is its own block).
+cudaError_t fp8_block_sim(float* x, int rows, int ld, int width, int block, cudaStream_t stream);
+// In place: orthonormal Walsh-Hadamard rotation of each row (dim a power of two, <= 1024), then (fp4) the
+// FP4 e2m1 simulation per 32 (kernels/cpu/quant.h hadamard_rotate + fp4_block_sim).
+cudaError_t hadamard_fp4_sim(float* x, int rows, int dim, bool fp4, cudaStream_t stream);
+// The FP8 activation quantizer of the official act_quant (per token, per 128 channels, power-of-two scales):
+// q [M][K] e4m3 (row stride K), scales [K/128][M] fp32 (cuBLASLt VEC128 layout). K % 128 == 0.
+cudaError_t act_quant_fp8(const float* x, int M, int K, int ldx, uint8_t* q, float* scales, cudaStream_t stream);
+// bf16 copy (round to nearest even): out [M][K] (row stride K).
+cudaError_t to_bf16(const float* x, int M, int K, int ldx, uint16_t* out, cudaStream_t stream);
+// score[t, :] += ape[pos[t] % ratio, :] (model/attention.cpp add_ape). score row stride ld, width columns.
+cudaError_t add_ape(float* score, int T, int width, int ld, const int* pos, const float* ape, int ratio,
+                    cudaStream_t stream);
+// act[r, i] = silu(min(g, limit)) * clamp(u, -limit, limit) * (row_weight ? row_weight[r] : 1), with
+// g = h[r, i], u = h[r, I + i] (model/moe.cpp swiglu; limit <= 0: no clamp). rows: device count or host.
+cudaError_t swiglu(const float* h, int rows, const int* rows_dev, int I, float limit, const float* row_weight,
+                   float* act, cudaStream_t stream);
+// x[i] *= s for n values.
+cudaError_t scale_values(float* x, size_t n, float s, cudaStream_t stream);
+// out[r, :] = x[rows[r], :] (D wide).
+cudaError_t gather_rows(const float* x, int D, const int* rows, int count, float* out, cudaStream_t stream);
+// Random fill for dummy weights (counter-based hash of (seed, index), uniform in [-scale, scale]): fp32, bf16 bits,
+// or e4m3 bytes (values uniform in [-scale, scale] before rounding; scale <= 448).
+cudaError_t fill_uniform(void* dst, size_t n, int kind /*0 f32, 1 bf16, 2 fp8*/, float scale, uint64_t seed,
+                         cudaStream_t stream);
+// dst[i] = value (fp32).
+cudaError_t fill_value(float* dst, size_t n, float value, cudaStream_t stream);
+
+// ------------------------------------------------------------------------------------------- mHC (hc.cu)
+// Split-K partial sums of one pass over h [T, width]: partial[s][t][0..mix) = h[t] . fn[m] over split s of the
+// width, partial[s][t][mix] = sum of squares. splits * chunk >= width with chunk a multiple of 4.
+int hc_mix_splits(int width);
+cudaError_t hc_mix_partial(const float* h, int T, int width, const float* fn, int mix, int splits, float* partial,
+                           cudaStream_t stream);
+// hc_pre (kernels/cpu/hyper_connection.h) from the partials: pre/post/comb (Sinkhorn), collapsed = sum_j pre_j
+// h_j, then collapsed is RMS-normed with norm_w when norm_w != null (the block's attn_norm/ffn_norm). head mode
+// (mix == hc): hc_head: pre only, no post/comb. post [T, hc], comb [T, hc, hc] (ignored in head mode).
+cudaError_t hc_pre_finish(const float* partial, int splits, const float* h, int T, int hc, int dim, int mix,
+                          const float* base, const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps,
+                          const float* norm_w, float* collapsed, float* post, float* comb, cudaStream_t stream);
+// In place: h[t, k] = post[t, k] * y[t] + sum_j comb[t, j, k] * h[t, j].
+cudaError_t hc_post(float* h, int T, int hc, int dim, const float* y, const float* post, const float* comb,
+                    cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------- GEMV (gemv.cu)
+// y[m, n] (+)= sum_k x[m, k] * W[n, k] with fp32 activations and fp32 accumulation, for few rows m (decode,
+// the exact path): weights read once per 8 rows. W: BF16 [N, K] or FP8 e4m3 [N, K] with per-row block scales
+// row_scale[n * scale_ld + k / 128] (each weight row carries its 128x128 block's scale; fp32).
+// Batched/grouped: blockIdx.y = p indexes a problem: W + p * w_stride, row scales + p * scale_stride,
+// x + p * x_stride, y + p * y_stride (grouped output projection, stacked experts). Grouped rows (MoE): with
+// group_count != null, problem p (< *num_groups) is expert group_expert[p] (its weights), rows
+// [group_offset[p], + group_count[p]) of y, x rows gathered through x_rows[row] (or the row itself).
+enum class WeightType : int { BF16 = 0, FP8 = 1 };
+struct GemvArgs {
+  WeightType wtype = WeightType::BF16;
+  const void* w = nullptr;
+  const float* row_scale = nullptr;
+  int N = 0, K = 0, scale_ld = 0;
+  long long w_stride = 0, scale_stride = 0;
+  const float* x = nullptr;
+  int ldx = 0;
+  long long x_stride = 0;
+  float* y = nullptr;
+  int ldy = 0;
+  long long y_stride = 0;
+  int M = 0;        // rows per problem (ungrouped)
+  int problems = 1;  // grid.y (grouped: the most groups there can be)
+  bool accumulate = false;
+  const int* group_expert = nullptr;
+  const int* group_offset = nullptr;
+  const int* group_count = nullptr;
+  const int* num_groups = nullptr;
+  const int* x_rows = nullptr;
+};
+cudaError_t gemv(const GemvArgs& args, cudaStream_t stream);
+
+// ------------------------------------------------------------------------- compressor / indexer (kv.cu)
+// One compressor (model/attention.cpp compress_entry): for every token t whose block completes
+// ((pos + 1) % ratio == 0), entry e = pos / ratio is the per-feature softmax pool of the rows of its block (and,
+// with overlap, the first half of the previous block's), RMS-normed with norm_w, rotated at e * ratio, then
+// fp8-simulated on the first `nope` dims (post = 1) or Hadamard + FP4 simulated (post = 2), and written to
+// pool + (page_table[seq][e / epp] * epp + e % epp) * dim. Rows at positions inside the chunk come from
+// kv/score [T, width] (ld), earlier ones from the ring (state: [slots][2][rows][width]).
+struct CompressorArgs {
+  const float* kv = nullptr;
+  const float* score = nullptr;
+  int ld = 0;
+  float* state = nullptr;
+  int rows = 0, width = 0;
+  int ratio = 0, dim = 0;
+  bool overlap = false;
+  const float* norm_w = nullptr;
+  float eps = 1e-6f;
+  const float* inv_freq = nullptr;
+  int rope_dim = 0;
+  float rope_scale = 1.0f;
+  int post = 0;  // 0 none, 1 fp8 simulation of [0, nope) in blocks of 64, 2 Hadamard + FP4
+  int nope = 0;
+  float* pool = nullptr;
+  int epp = 0;
+};
+cudaError_t compressor_emit(const BatchDesc& b, const CompressorArgs& a, cudaStream_t stream);
+// Ring update after the chunk: the last `rows` tokens of each sequence write their kv/score rows.
+cudaError_t compressor_store(const BatchDesc& b, const CompressorArgs& a, cudaStream_t stream);
+// Window ring update: the last `cap` tokens of each sequence write kv [T, hd] to window[slot][layer][pos % cap].
+cudaError_t window_store(const BatchDesc& b, const KvLayerView& v, const float* kv, cudaStream_t stream);
+
+// Lightning indexer scores (kernels/cpu/attention.h indexer_scores): for token t and key i < (pos + 1) / ratio,
+// scores[t * ld + i] = sum_h relu(q[t, h] . K[i]) * scale * w[t, h]; keys read from the indexer-key pool.
+// max_keys bounds the keys of any token (grid size).
+cudaError_t indexer_scores(const BatchDesc& b, const float* q, const float* w, int heads, int dim, const float* keys,
+                           int epp, int ratio, float scale, int max_keys, float* scores, int ld,
+                           cudaStream_t stream);
+// Top-k per token over its valid keys (kernels/cpu/attention.h top_k: descending score, ties to the lower
+// index): idx[t * k + j], -1 past min(k, valid). k <= 2048.
+cudaError_t indexer_topk(const BatchDesc& b, const float* scores, int ld, int ratio, int k, int* idx,
+                         cudaStream_t stream);
+
+// ------------------------------------------------------------------------------ attention (attention.cu)
+// Sparse attention with per-head sinks (kernels/cpu/attention.h sink_attention) for every token and head: keys
+// are the window (positions (pos - W, pos], from kv [T, hd] inside the chunk, the window ring before it) then
+// the compressed entries: all i < (pos + 1) / ratio (topk == null) or topk[t * k + j] (>= 0). The output's
+// trailing rope_dim values are de-rotated at pos. o: [T, H * hd].
+struct AttentionArgs {
+  const float* q = nullptr;   // [T, H, hd]
+  const float* kv = nullptr;  // [T, hd]
+  KvLayerView view;
+  int H = 0, hd = 0, window = 0;
+  int ratio = 0;              // 0: window only
+  const int* topk = nullptr;
+  int k = 0;
+  int max_keys = 0;           // bound on any token's key count (window + compressed)
+  const float* sinks = nullptr;
+  float scale = 1.0f;
+  const float* inv_freq = nullptr;
+  int rope_dim = 0;
+  float rope_scale = 1.0f;
+  float* o = nullptr;
+  float* partial = nullptr;   // workspace: attention_workspace_floats
+  int splits = 1;             // key splits (flash-decoding); attention_splits picks
+};
+int attention_splits(int T, int H, int max_keys);
+size_t attention_workspace_floats(int T, int H, int hd, int splits);
+cudaError_t sparse_attention(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream);
+
+// ------------------------------------------------------------------------------------------- MoE (moe.cu)
+// Router (model/moe.cpp): scores = act(logits) (func 0 sqrtsoftplus, 1 sigmoid, 2 softmax); experts =
+// tid2eid[token] (hash) or the top-k of scores + bias (ties to the lower id); weights = scores[chosen],
+// normalised (norm_topk), times route_scale. chosen/weight: [T, K].
+cudaError_t moe_route(const float* logits, int T, int E, int K, int func, const float* bias, const int* tid2eid,
+                      const int* token_ids, bool norm_topk, float route_scale, int* chosen, float* weight,
+                      cudaStream_t stream);
+// Grouped rows: counts per expert, active groups (expert, offset, count), num_groups, and for every slot
+// t * K + k its row (row_of_slot), each row's token and routing weight. work: moe_group_work_ints(E) ints.
+int moe_group_work_ints(int E);
+cudaError_t moe_group(const int* chosen, const float* weight, int T, int K, int E, int* work, int* group_expert,
+                      int* group_offset, int* group_count, int* num_groups, int* row_of_slot, int* token_of_row,
+                      float* weight_of_row, cudaStream_t stream);
+// out[t] += sum over k of y[row_of_slot[t * K + k]] in k order.
+cudaError_t moe_combine(const float* y, int D, const int* row_of_slot, int T, int K, float* out,
+                        cudaStream_t stream);
+
+// ------------------------------------------------------------------------------------ sampling (sample.cu)
+// engine/sampler.h for each row of logits [rows, vocab]: greedy (temperature <= 0: argmax, ties to the lowest id)
+// or temperature + top-k + top-p, then the token whose cumulative probability (id order) first exceeds u[r].
+// probs (optional, [rows, vocab]): the distribution drawn from. work: sample_work_bytes(rows, vocab).
+size_t sample_work_bytes(int rows, int vocab);
+cudaError_t sample_rows(const float* logits, int rows, int vocab, float temperature, float top_p, int top_k,
+                        const double* u, int* tokens, float* probs, void* work, cudaStream_t stream);
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,201 @@
+#include "kernels/cuda/runtime.h"
+
+#include <cublasLt.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/error.h"
+#include "kernels/cuda/device.h"
+
+namespace moeserve::cuda {
+
+void require_device() {
+  const DeviceInfo& info = device_info();
+  check(info.available, "the CUDA backend cannot run: {}", info.reason);
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes, const std::string& what) : bytes_(bytes) {
+  if (bytes == 0) return;
+  cudaError_t st = cudaMalloc(&ptr_, bytes);
+  if (st == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    ptr_ = nullptr;
+    fail("out of GPU memory allocating {}: {} bytes ({:.2f} GiB) asked, {} bytes ({:.2f} GiB) free of {:.2f} GiB",
+         what, bytes, double(bytes) / (1 << 30), free_b, double(free_b) / (1 << 30), double(total_b) / (1 << 30));
+  }
+  if (st != cudaSuccess) {
+    ptr_ = nullptr;
+    fail("cudaMalloc of {} bytes for {} failed: {}", bytes, what, cudaGetErrorString(st));
+  }
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) cudaFree(ptr_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+  o.ptr_ = nullptr;
+  o.bytes_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+template <class T>
+void DeviceArray<T>::upload(std::span<const T> host, cudaStream_t stream) {
+  check(host.size() <= count_, "device array upload of {} elements into {}", host.size(), count_);
+  copy_to_device(data(), host.data(), host.size_bytes(), stream, "upload");
+}
+
+template <class T>
+std::vector<T> DeviceArray<T>::download(cudaStream_t stream) const {
+  std::vector<T> out(count_);
+  copy_to_host(out.data(), data(), count_ * sizeof(T), stream, "download");
+  return out;
+}
+
+template <class T>
+void DeviceArray<T>::fill_bytes(int value, cudaStream_t stream) {
+  if (count_ == 0) return;
+  MOESERVE_CUDA_CHECK(cudaMemsetAsync(data(), value, count_ * sizeof(T), stream));
+}
+
+template class DeviceArray<float>;
+template class DeviceArray<double>;
+template class DeviceArray<int>;
+template class DeviceArray<uint8_t>;
+template class DeviceArray<uint16_t>;
+
+Stream::Stream() { MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+Stream::~Stream() {
+  if (stream_) cudaStreamDestroy(stream_);
+}
+void Stream::synchronize() const { MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void copy_to_device(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* what) {
+  if (bytes == 0) return;
+  cudaError_t st = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream);
+  if (st == cudaSuccess) st = cudaStreamSynchronize(stream);
+  check(st == cudaSuccess, "copy of {} bytes to the GPU ({}) failed: {}", bytes, what, cudaGetErrorString(st));
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* what) {
+  if (bytes == 0) return;
+  cudaError_t st = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream);
+  if (st == cudaSuccess) st = cudaStreamSynchronize(stream);
+  check(st == cudaSuccess, "copy of {} bytes from the GPU ({}) failed: {}", bytes, what, cudaGetErrorString(st));
+}
+
+namespace {
+
+void lt_check(cublasStatus_t st, const char* what) {
+  check(st == CUBLAS_STATUS_SUCCESS, "cuBLASLt {} failed with status {}", what, int(st));
+}
+
+struct LtPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;
+};
+
+// Plans are cached by (kind, M, N, K); the scale pointers are set per call.
+std::mutex plan_mutex;
+std::map<std::tuple<int, int, int, int, int>, LtPlan> plans;
+
+LtPlan& plan_for(cublasLtHandle_t h, int kind, int M, int N, int K, int ldy, size_t workspace) {
+  std::lock_guard<std::mutex> lock(plan_mutex);
+  auto key = std::make_tuple(kind, M, N, K, ldy);
+  auto it = plans.find(key);
+  if (it != plans.end()) return it->second;
+  LtPlan p;
+  const bool fp8 = kind == 1;
+  lt_check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  if (fp8) {
+    cublasLtMatmulMatrixScale_t blk = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    cublasLtMatmulMatrixScale_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &blk, sizeof(blk));
+    cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof(vec));
+  }
+  const cudaDataType_t in = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  // Column-major view: A = W as K x N (ld K), op T -> N x K; B = x as K x M (ld K); D = N x M (ld N) = y[M, N].
+  lt_check(cublasLtMatrixLayoutCreate(&p.a, in, K, N, K), "MatrixLayoutCreate A");
+  lt_check(cublasLtMatrixLayoutCreate(&p.b, in, K, M, K), "MatrixLayoutCreate B");
+  lt_check(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, N, M, ldy), "MatrixLayoutCreate D");
+  if (fp8) {  // dummy scale pointers for the heuristic query
+    static float one = 1.0f;
+    const void* ptr = &one;
+    cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ptr, sizeof(ptr));
+    cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &ptr, sizeof(ptr));
+  }
+  cublasLtMatmulPreference_t pref;
+  lt_check(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, p.op, p.a, p.b, p.d, p.d, pref, 1, &res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (p.ok) p.algo = res.algo;
+  return plans.emplace(key, p).first->second;
+}
+
+}  // namespace
+
+Blas::Blas() {
+  cublasLtHandle_t h = nullptr;
+  lt_check(cublasLtCreate(&h), "Create");
+  handle_ = h;
+  workspace_bytes_ = 64u << 20;
+  MOESERVE_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+}
+
+Blas::~Blas() {
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+}
+
+bool Blas::gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int M, int N, int K, int ldy,
+                     cudaStream_t stream) {
+  auto h = static_cast<cublasLtHandle_t>(handle_);
+  LtPlan& p = plan_for(h, 0, M, N, K, ldy, workspace_bytes_);
+  if (!p.ok) return false;
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasStatus_t st = cublasLtMatmul(h, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, workspace_,
+                                     workspace_bytes_, stream);
+  lt_check(st, "Matmul (bf16)");
+  return true;
+}
+
+bool Blas::gemm_fp8_block(const uint8_t* x, const float* x_scales, const uint8_t* w, const float* w_scales, float* y,
+                          int M, int N, int K, int ldy, cudaStream_t stream) {
+  auto h = static_cast<cublasLtHandle_t>(handle_);
+  LtPlan& p = plan_for(h, 1, M, N, K, ldy, workspace_bytes_);
+  if (!p.ok) return false;
+  std::lock_guard<std::mutex> lock(plan_mutex);  // the scale pointers live in the shared descriptor
+  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales));
+  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales));
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasStatus_t st = cublasLtMatmul(h, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, workspace_,
+                                     workspace_bytes_, stream);
+  lt_check(st, "Matmul (fp8 block-scaled)");
+  return true;
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,99 @@
+#pragma once
+// Host-side CUDA runtime pieces for the backend (g++ only: may throw moeserve::Error): device memory with RAII
+// and clear out-of-memory messages, typed device arrays, a stream, and the cuBLASLt handle with the BF16 and
+// block-scaled FP8 GEMMs the prefill path uses.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace moeserve::cuda {
+
+// Throws unless a Hopper GPU is usable (names the reason: no driver, no device, not sm_90).
+void require_device();
+
+// Device memory. allocate() throws with the bytes asked and the bytes free when the GPU is out of memory.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(size_t bytes, const std::string& what);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  explicit operator bool() const { return ptr_ != nullptr; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+template <class T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(size_t count, const std::string& what) : buf_(count * sizeof(T), what), count_(count) {}
+  static DeviceArray from(std::span<const T> host, const std::string& what) {
+    DeviceArray a(host.size(), what);
+    a.upload(host);
+    return a;
+  }
+  T* data() const { return static_cast<T*>(buf_.data()); }
+  size_t size() const { return count_; }
+  size_t bytes() const { return buf_.bytes(); }
+  void upload(std::span<const T> host, cudaStream_t stream = nullptr);
+  std::vector<T> download(cudaStream_t stream = nullptr) const;
+  void fill_bytes(int value, cudaStream_t stream = nullptr);
+
+ private:
+  DeviceBuffer buf_;
+  size_t count_ = 0;
+};
+
+class Stream {
+ public:
+  Stream();
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+  void synchronize() const;
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// Copies with checks (named for messages).
+void copy_to_device(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* what);
+void copy_to_host(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* what);
+
+// The cuBLASLt handle and its workspace. GEMMs compute y[M, N] (fp32, row-major, row stride ldy >= N) = x[M, K] W[N, K]^T.
+class Blas {
+ public:
+  Blas();
+  ~Blas();
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+
+  // BF16 x BF16 -> fp32 (fp32 accumulation). Returns false when cuBLASLt has no algorithm for the shape.
+  bool gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int M, int N, int K, int ldy, cudaStream_t stream);
+  // FP8 e4m3 with DeepSeek block scaling: activations 1x128 (x_scales [K/128][M]), weights 128x128
+  // (w_scales [ceil(N/128)][ld = round_up(K/128, 4)]). fp32 out. False when unsupported.
+  bool gemm_fp8_block(const uint8_t* x, const float* x_scales, const uint8_t* w, const float* w_scales, float* y,
+                      int M, int N, int K, int ldy, cudaStream_t stream);
+  void* handle() const { return handle_; }
+
+ private:
+  void* handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+}  // namespace moeserve::cuda
