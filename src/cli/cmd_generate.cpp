@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/gpu_generate.h"
 #include "engine/startup.h"
 #include "io/safetensors.h"
 #include "model/builtin.h"
@@ -21,11 +22,11 @@ namespace moeserve::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, prompt_ids, device = "cpu", dump_logits, numerics = "reference";
-  int64_t max_new_tokens = 16, top_k = 0, prefill_chunk = 0;
+  std::string model, prompt, prompt_ids, device = "cpu", dump_logits, numerics = "reference", load_format = "auto";
+  int64_t max_new_tokens = 16, top_k = 0, prefill_chunk = 0, num_layers = 0;
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
-  bool ignore_eos = false;
+  bool ignore_eos = false, cuda_graphs = false;
   std::string speculative_algorithm;
   int64_t speculative_steps = 3;
 };
@@ -69,8 +70,26 @@ int run_generate(const GenerateArgs& a) {
   namespace fs = std::filesystem;
   check(a.prompt.empty() != a.prompt_ids.empty(), "pass exactly one of --prompt TEXT or --prompt-ids 1,2,3");
   check(a.max_new_tokens >= 1, "--max-new-tokens must be >= 1, got {}", a.max_new_tokens);
-  check(a.device == "cpu", "--device {}: the CUDA backend does not run generate yet; use --device cpu", a.device);
   const std::string dir = a.model.empty() ? model::builtin_model_dir() : a.model;
+  const engine::CudaRunOptions cuda_run{true, a.cuda_graphs};
+  if (a.load_format == "dummy") {  // random weights of the config's shapes, created on the GPU (performance work)
+    check(a.device == "cuda", "--load-format dummy runs on the GPU only; add --device cuda");
+    check(!a.prompt_ids.empty(), "--load-format dummy has no tokenizer: pass --prompt-ids");
+    engine::GenerateOptions o;
+    o.max_new_tokens = a.max_new_tokens;
+    o.sampling = {a.temperature, a.top_p, a.top_k};
+    o.seed = a.seed;
+    o.numerics = model::Numerics::parse(a.numerics);
+    io::ModelConfig config = io::load_model_config((fs::path(dir) / "config.json").string());
+    engine::GenerateResult r =
+        engine::generate_cuda_dummy(config, a.num_layers, parse_id_list(a.prompt_ids, "--prompt-ids"), o, cuda_run);
+    nlohmann::json out;
+    out["output_ids"] = r.output_ids;
+    out["finish_reason"] = r.finish_reason;
+    std::cout << out.dump() << "\n";
+    return 0;
+  }
+  check(a.num_layers == 0, "--num-layers is for --load-format dummy");
   auto model = model::Model::load(dir);
   std::optional<server::Tokenizer> tokenizer;
   if (fs::exists(fs::path(dir) / "tokenizer.json")) tokenizer = server::Tokenizer::load(dir);
@@ -98,8 +117,9 @@ int run_generate(const GenerateArgs& a) {
   nlohmann::json spec_stats;
   engine::GenerateResult r;
   if (a.speculative_algorithm.empty()) {
-    r = engine::generate(*model, prompt, o);
+    r = a.device == "cuda" ? engine::generate_cuda(*model, prompt, o, cuda_run) : engine::generate(*model, prompt, o);
   } else {
+    check(a.device == "cpu", "--speculative-algorithm runs on --device cpu only for now");
     check(a.speculative_algorithm == "mtp", "--speculative-algorithm '{}' (expected 'mtp')", a.speculative_algorithm);
     check(a.dump_logits.empty(), "--dump-logits is not available with speculative decoding");
     r = generate_speculative(model, prompt, o, a.speculative_steps, &spec_stats);
@@ -131,6 +151,10 @@ CommandRegistration registration{{"generate", "generate tokens with the referenc
   app.add_option("--numerics", a->numerics, "reference|checkpoint")->check(CLI::IsMember({"reference", "checkpoint"}));
   app.add_option("--prefill-chunk", a->prefill_chunk, "prefill in chunks of this many tokens (0 = all at once)");
   app.add_flag("--ignore-eos", a->ignore_eos, "do not stop at the end-of-sequence token");
+  app.add_option("--load-format", a->load_format, "auto|dummy (random weights of the config's shapes on the GPU)")
+      ->check(CLI::IsMember({"auto", "dummy"}));
+  app.add_option("--num-layers", a->num_layers, "with --load-format dummy: run the first N layers");
+  app.add_flag("--cuda-graph", a->cuda_graphs, "with --device cuda: replay a captured CUDA graph for decode steps");
   app.add_option("--speculative-algorithm", a->speculative_algorithm, "speculative decoding: mtp (off when absent)");
   app.add_option("--speculative-num-steps", a->speculative_steps, "MTP draft steps per verify")->check(CLI::Range(1, 16));
   return [a] { return run_generate(*a); };

@@ -1,0 +1,682 @@
+#if MOESERVE_WITH_CUDA
+#include "model/gpu_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/cuda/device.h"
+
+namespace moeserve::model {
+
+namespace {
+
+using cuda::DeviceArray;
+using cuda::WeightType;
+
+constexpr int kSkinnyRows = 8;  // linears with at most this many rows always take the skinny GEMM
+
+float rope_scale_of(const io::RopeSpec& spec) { return spec.yarn ? float(spec.attention_factor) : 1.0f; }
+
+DeviceArray<float> zeroed(size_t n, const std::string& name) {
+  DeviceArray<float> a(n, name);
+  a.fill_bytes(0);
+  return a;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------ KV pools
+GpuKvCache::GpuKvCache(cache::KvLayout layout, int64_t slots, int64_t pages) : host_(layout, slots, pages) {
+  cuda::require_device();
+  const cache::KvLayout& l = host_.layout();
+  const size_t layers = l.layers.size();
+  window_ = zeroed(size_t(slots) * layers * l.window_capacity * l.head_dim, "KV window rings");
+  compressed_.resize(size_t(l.num_compressed_layers));
+  index_keys_.resize(size_t(l.num_indexer_layers));
+  state_.resize(size_t(l.num_compressed_layers));
+  index_state_.resize(size_t(l.num_indexer_layers));
+  bytes_ = int64_t(window_.bytes());
+  for (const auto& k : l.layers) {
+    if (k.compressed_layer < 0) continue;
+    auto& c = compressed_[size_t(k.compressed_layer)];
+    c = zeroed(size_t(pages) * k.entries_per_page * l.head_dim, "KV compressed entries");
+    auto& s = state_[size_t(k.compressed_layer)];
+    s = zeroed(size_t(slots) * 2 * k.state_rows * k.state_width, "KV compressor rings");
+    bytes_ += int64_t(c.bytes() + s.bytes());
+    if (k.indexer_layer >= 0) {
+      auto& ik = index_keys_[size_t(k.indexer_layer)];
+      ik = zeroed(size_t(pages) * k.entries_per_page * l.index_head_dim, "KV indexer keys");
+      auto& is = index_state_[size_t(k.indexer_layer)];
+      is = zeroed(size_t(slots) * 2 * k.state_rows * k.index_state_width, "KV indexer compressor rings");
+      bytes_ += int64_t(ik.bytes() + is.bytes());
+    }
+  }
+}
+
+cuda::KvLayerView GpuKvCache::view(int64_t layer) const {
+  const cache::KvLayout& l = host_.layout();
+  const cache::LayerKvLayout& k = l.layers[size_t(layer)];
+  cuda::KvLayerView v;
+  v.window = window_.data();
+  v.layer = int(layer);
+  v.num_layers = int(l.layers.size());
+  v.cap = int(l.window_capacity);
+  v.hd = int(l.head_dim);
+  if (k.compressed_layer >= 0) {
+    v.compressed = compressed_[size_t(k.compressed_layer)].data();
+    v.epp = int(k.entries_per_page);
+    v.state = state_[size_t(k.compressed_layer)].data();
+    v.state_rows = int(k.state_rows);
+    v.state_width = int(k.state_width);
+  }
+  if (k.indexer_layer >= 0) {
+    v.index_keys = index_keys_[size_t(k.indexer_layer)].data();
+    v.ihd = int(l.index_head_dim);
+    v.index_state = index_state_[size_t(k.indexer_layer)].data();
+    v.index_width = int(k.index_state_width);
+  }
+  return v;
+}
+
+// ------------------------------------------------------------------------------------------------ model
+GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions options)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      options_(options),
+      rope_main_(config_.rope_main, config_.rope_dim),
+      rope_compress_(config_.rope_compress, config_.rope_dim) {
+  inv_freq_main_ = DeviceArray<float>::from(std::span<const float>(rope_main_.inv_freq()), "rope table");
+  inv_freq_compress_ = DeviceArray<float>::from(std::span<const float>(rope_compress_.inv_freq()), "rope table");
+  check(config_.num_heads % 4 == 0, "CUDA backend: num_attention_heads {} must be a multiple of 4", config_.num_heads);
+  check(config_.head_dim <= 512 && config_.head_dim % 4 == 0 && config_.rope_dim % 4 == 0,
+        "CUDA backend: head_dim {} (rope {}) unsupported: head_dim <= 512, both multiples of 4", config_.head_dim,
+        config_.rope_dim);
+}
+
+GpuModel::~GpuModel() {
+  for (auto& [b, g] : graphs_)
+    if (g.exec) cudaGraphExecDestroy(g.exec);
+  if (pinned_) cudaFreeHost(pinned_);
+}
+
+std::unique_ptr<GpuModel> GpuModel::from_model(const Model& model, GpuOptions options) {
+  return std::make_unique<GpuModel>(model.config(), GpuWeights::upload(model.config(), model.weights()), options);
+}
+
+std::unique_ptr<GpuModel> GpuModel::dummy(io::ModelConfig config, int64_t num_layers, WeightType linear_type,
+                                          WeightType expert_type, uint64_t seed, GpuOptions options) {
+  if (num_layers > 0 && num_layers < config.num_layers) {
+    config.num_layers = num_layers;
+    config.layers.resize(size_t(num_layers));
+  }
+  cuda::Stream setup;
+  GpuWeights w = GpuWeights::random(config, linear_type, expert_type, seed, setup.get());
+  return std::make_unique<GpuModel>(std::move(config), std::move(w), options);
+}
+
+void* GpuModel::Buf::get(size_t bytes, uint64_t* generation) {
+  if (bytes > buf.bytes()) {
+    buf = cuda::DeviceBuffer();  // free first
+    buf = cuda::DeviceBuffer(bytes, "forward workspace");
+    ++*generation;
+  }
+  return buf.data();
+}
+
+float* GpuModel::tmp_f32(size_t n) {
+  if (n > tmp_f32_n_) {
+    tmp_f32_ = static_cast<float*>(bufs_[100].get(n * 4, &generation_));
+    tmp_f32_n_ = n;
+  }
+  return tmp_f32_;
+}
+
+void GpuModel::ensure_workspace(const Plan& p) {
+  const io::ModelConfig& c = config_;
+  const size_t T = size_t(std::max(p.T, 1)), R = size_t(std::max(p.R, 1));
+  const size_t D = size_t(c.hidden_size), hc = size_t(c.hc_mult), H = size_t(c.num_heads), hd = size_t(c.head_dim);
+  const size_t K = size_t(c.experts_per_token), E = size_t(c.n_routed_experts), I = size_t(c.moe_intermediate_size);
+  const size_t TK = T * K, mix = size_t(c.hc_mix());
+  const size_t nc = size_t(std::max(1, (p.max_pos + 1) / 4));
+  int max_keys = int(c.sliding_window);
+  for (const io::LayerSpec& s : c.layers) {
+    int comp = 0;
+    if (s.attention == io::AttentionKind::HCA) comp = (p.max_pos + 1) / int(s.compress_ratio);
+    if (s.attention == io::AttentionKind::CSA) comp = std::min<int>(int(c.index_topk), (p.max_pos + 1) / int(s.compress_ratio));
+    max_keys = std::max(max_keys, int(c.sliding_window) + comp);
+  }
+  attn_splits_max_ = cuda::attention_splits(int(T), int(H), max_keys);
+  const size_t splits = size_t(cuda::hc_mix_splits(int(hc * D)));
+  auto f = [&](int id, size_t n) { return static_cast<float*>(bufs_[id].get(std::max<size_t>(n, 1) * 4, &generation_)); };
+  auto i = [&](int id, size_t n) { return static_cast<int*>(bufs_[id].get(std::max<size_t>(n, 1) * 4, &generation_)); };
+  h_ = f(0, T * hc * D);
+  x_ = f(1, T * D);
+  out_ = f(2, T * D);
+  post_ = f(3, T * hc);
+  comb_ = f(4, T * hc * hc);
+  partial_ = f(5, splits * std::max(T, R) * (mix + 1));
+  qr_ = f(6, T * size_t(c.q_lora_rank));
+  q_ = f(7, T * H * hd);
+  kv_ = f(8, T * hd);
+  ckv_ = f(9, T * 4 * hd);
+  ikv_ = f(10, T * 4 * size_t(c.index_head_dim));
+  iq_ = f(11, T * size_t(c.index_n_heads * c.index_head_dim));
+  iw_ = f(12, T * size_t(c.index_n_heads));
+  iscores_ = f(13, T * nc);
+  topk_ = i(14, T * size_t(std::max<int64_t>(1, c.index_topk)));
+  o_ = f(15, T * H * hd);
+  grouped_ = f(16, T * size_t(c.o_groups * c.o_lora_rank));
+  attn_partial_ = f(17, cuda::attention_workspace_floats(int(T), int(H), int(hd), attn_splits_max_));
+  gate_logits_ = f(18, T * E);
+  chosen_ = i(19, TK);
+  route_w_ = f(20, TK);
+  groups_ = i(21, 3 * E + 1);
+  row_of_slot_ = i(22, TK);
+  token_of_row_ = i(23, TK);
+  weight_of_row_ = f(24, TK);
+  h13_ = f(25, TK * 2 * I);
+  act_ = f(26, TK * I);
+  ye_ = f(27, TK * D);
+  sh13_ = f(28, T * 2 * I);
+  sact_ = f(29, T * I);
+  xe_ = f(30, T * D);
+  sel_ = f(31, R * hc * D);
+  xr_ = f(32, R * D);
+  logits_ = f(33, R * size_t(c.vocab_size));
+  meta_ints_ = 3 * T + 4 * size_t(p.S) + size_t(p.S) * size_t(p.page_ld) + R;
+  meta_ = i(34, meta_ints_);
+}
+
+cuda::BatchDesc GpuModel::batch_desc(const Plan& p) const {
+  cuda::BatchDesc b;
+  b.T = p.T;
+  b.S = p.S;
+  const int* m = meta_;
+  b.tok_pos = m;
+  b.tok_seq = m + p.T;
+  b.tok_id = m + 2 * p.T;
+  b.seq_begin = m + 3 * p.T;
+  b.seq_start = b.seq_begin + p.S;
+  b.seq_count = b.seq_start + p.S;
+  b.seq_slot = b.seq_count + p.S;
+  b.page_table = b.seq_slot + p.S;
+  b.page_ld = p.page_ld;
+  return b;
+}
+
+void GpuModel::stage(GpuKvCache& cache, const std::vector<ForwardRequest>& requests, Plan* plan,
+                     std::vector<int64_t>* first_row, std::vector<int64_t>* row_count) {
+  const io::ModelConfig& c = config_;
+  check(!requests.empty(), "forward: no requests");
+  int T = 0, pages = 1, max_pos = 0;
+  for (const ForwardRequest& r : requests) {
+    check(r.seq && r.seq->open(), "forward: request without an open sequence");
+    check(!r.tokens.empty(), "forward: empty chunk");
+    const int64_t end = r.seq->length + int64_t(r.tokens.size());
+    check(cache.host().pages_for(end) <= int64_t(r.seq->pages.size()), "forward: sequence has {} pages, its chunk needs {}",
+          r.seq->pages.size(), cache.host().pages_for(end));
+    for (int32_t id : r.tokens)
+      check(id >= 0 && id < c.vocab_size, "token id {} is outside the vocabulary [0, {})", id, c.vocab_size);
+    T += int(r.tokens.size());
+    pages = std::max(pages, int(r.seq->pages.size()));
+    max_pos = std::max(max_pos, int(end - 1));
+  }
+  if (plan->page_ld > 0) {  // fixed by a graph
+    check(pages <= plan->page_ld && max_pos <= plan->max_pos, "internal: decode graph bounds exceeded");
+  } else {
+    plan->page_ld = pages;
+    plan->max_pos = max_pos;
+  }
+  plan->T = T;
+  plan->S = int(requests.size());
+  std::vector<int> rows;
+  first_row->clear();
+  row_count->clear();
+  int begin = 0;
+  for (const ForwardRequest& r : requests) {
+    const int n = int(r.tokens.size());
+    const int first = r.all_logits ? 0 : n - 1;
+    first_row->push_back(int64_t(rows.size()));
+    for (int k = first; k < n; ++k) rows.push_back(begin + k);
+    row_count->push_back(n - first);
+    begin += n;
+  }
+  plan->R = int(rows.size());
+  ensure_workspace(*plan);
+  if (pinned_ints_ < meta_ints_) {
+    if (pinned_) cudaFreeHost(pinned_);
+    MOESERVE_CUDA_CHECK(cudaMallocHost(&pinned_, meta_ints_ * sizeof(int)));
+    pinned_ints_ = meta_ints_;
+  }
+  int* m = pinned_;
+  const int S = plan->S;
+  int* pos = m;
+  int* seq = m + T;
+  int* ids = m + 2 * T;
+  int* sb = m + 3 * T;
+  int* ss = sb + S;
+  int* sc = ss + S;
+  int* sl = sc + S;
+  int* pt = sl + S;
+  int* rw = pt + size_t(S) * plan->page_ld;
+  int t = 0;
+  for (int s = 0; s < S; ++s) {
+    const ForwardRequest& r = requests[size_t(s)];
+    sb[s] = t;
+    ss[s] = int(r.seq->length);
+    sc[s] = int(r.tokens.size());
+    sl[s] = r.seq->slot;
+    for (int k = 0; k < plan->page_ld; ++k) pt[size_t(s) * plan->page_ld + k] = k < int(r.seq->pages.size()) ? r.seq->pages[size_t(k)] : 0;
+    for (size_t k = 0; k < r.tokens.size(); ++k, ++t) {
+      pos[t] = int(r.seq->length) + int(k);
+      seq[t] = s;
+      ids[t] = r.tokens[k];
+    }
+  }
+  std::copy(rows.begin(), rows.end(), rw);
+  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(meta_, pinned_, meta_ints_ * sizeof(int), cudaMemcpyHostToDevice, stream()));
+}
+
+void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant) {
+  if (M == 0 || v.N == 0) return;
+  cudaStream_t st = stream();
+  const bool sim = act_quant && v.act_quant && options_.numerics.act_fp8;
+  const int K = v.K;
+  if (!options_.exact && M > kSkinnyRows) {
+    if (v.type == WeightType::BF16) {
+      const float* xin = x;
+      int ld = ldx;
+      if (sim) {
+        float* t = tmp_f32(size_t(M) * K);
+        MOESERVE_CUDA_CHECK(cudaMemcpy2DAsync(t, size_t(K) * 4, x, size_t(ldx) * 4, size_t(K) * 4, M,
+                                              cudaMemcpyDeviceToDevice, st));
+        MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(t, M, K, K, 128, st));
+        xin = t;
+        ld = K;
+      }
+      if (tmp_bf16_n_ < size_t(M) * K) {
+        tmp_bf16_ = static_cast<uint16_t*>(bufs_[101].get(size_t(M) * K * 2, &generation_));
+        tmp_bf16_n_ = size_t(M) * K;
+      }
+      MOESERVE_CUDA_CHECK(cuda::to_bf16(xin, M, K, ld, tmp_bf16_, st));
+      if (blas_.gemm_bf16(tmp_bf16_, static_cast<const uint16_t*>(v.w), y, M, v.N, K, ldy, st)) return;
+    } else if (v.blk_scale && K % 128 == 0 && ldx % 4 == 0) {
+      if (tmp_u8_n_ < size_t(M) * K) {
+        tmp_u8_ = static_cast<uint8_t*>(bufs_[102].get(size_t(M) * K, &generation_));
+        tmp_u8_n_ = size_t(M) * K;
+      }
+      if (tmp_scale_n_ < size_t(M) * (K / 128)) {
+        tmp_scale_ = static_cast<float*>(bufs_[103].get(size_t(M) * (K / 128) * 4, &generation_));
+        tmp_scale_n_ = size_t(M) * (K / 128);
+      }
+      MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(x, M, K, ldx, tmp_u8_, tmp_scale_, st));
+      if (blas_.gemm_fp8_block(tmp_u8_, tmp_scale_, static_cast<const uint8_t*>(v.w), v.blk_scale, y, M, v.N, K, ldy, st))
+        return;
+    }
+  }
+  const float* xin = x;
+  int ld = ldx;
+  if (sim) {
+    float* t = tmp_f32(size_t(M) * K);
+    MOESERVE_CUDA_CHECK(cudaMemcpy2DAsync(t, size_t(K) * 4, x, size_t(ldx) * 4, size_t(K) * 4, M,
+                                          cudaMemcpyDeviceToDevice, st));
+    MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(t, M, K, K, 128, st));
+    xin = t;
+    ld = K;
+  }
+  cuda::GemvArgs a;
+  a.wtype = v.type;
+  a.w = v.w;
+  a.row_scale = v.row_scale;
+  a.N = v.N;
+  a.K = K;
+  a.scale_ld = v.scale_ld;
+  a.x = xin;
+  a.ldx = ld;
+  a.y = y;
+  a.ldy = ldy;
+  a.M = M;
+  MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
+}
+
+void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x, float* out) {
+  const io::ModelConfig& c = config_;
+  const GpuLayer& L = weights_.layers[size_t(l)];
+  const io::LayerSpec& spec = c.layers[size_t(l)];
+  cudaStream_t st = stream();
+  const cuda::BatchDesc b = batch_desc(p);
+  const int T = p.T, D = int(c.hidden_size), H = int(c.num_heads), hd = int(c.head_dim), rd = int(c.rope_dim);
+  const int ql = int(c.q_lora_rank), nope = hd - rd;
+  const float eps = float(c.rms_norm_eps);
+  const bool sliding = spec.attention == io::AttentionKind::Sliding;
+  const float* inv = sliding ? inv_freq_main_.data() : inv_freq_compress_.data();
+  const float rscale = rope_scale_of(c.rope_for(spec));
+  const float cscale = rope_scale_of(c.rope_compress);
+  const Numerics& num = options_.numerics;
+
+  linear(L.wq_a.view(), x, T, D, qr_, ql, true);
+  MOESERVE_CUDA_CHECK(cuda::rms_norm(qr_, T, ql, ql, L.q_norm.data(), eps, qr_, ql, st));
+  linear(L.wq_b.view(), qr_, T, ql, q_, H * hd, true);
+  MOESERVE_CUDA_CHECK(cuda::rope(q_, T, H, hd, H * hd, rd, b.tok_pos, inv, rscale, false, eps, st));
+  linear(L.wkv.view(), x, T, D, kv_, hd, true);
+  MOESERVE_CUDA_CHECK(cuda::rms_norm(kv_, T, hd, hd, L.kv_norm.data(), eps, kv_, hd, st));
+  MOESERVE_CUDA_CHECK(cuda::rope(kv_, T, 1, hd, hd, rd, b.tok_pos, inv, rscale, false, 0.0f, st));
+  if (num.kv_fp8) MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(kv_, T, hd, nope, 64, st));
+
+  const cuda::KvLayerView v = cache.view(l);
+  cuda::CompressorArgs ca, ia;
+  const GpuCompressor* comp = L.compressor ? &*L.compressor : nullptr;
+  const GpuCompressor* icomp = L.index_compressor ? &*L.index_compressor : nullptr;
+  const int nH = int(c.index_n_heads), id = int(c.index_head_dim);
+  if (comp) {
+    const int width = (comp->overlap ? 2 : 1) * comp->dim;
+    linear(comp->wkv_gate.view(), x, T, D, ckv_, 2 * width, true);
+    MOESERVE_CUDA_CHECK(cuda::add_ape(ckv_ + width, T, width, 2 * width, b.tok_pos, comp->ape.data(), comp->ratio, st));
+    ca.kv = ckv_;
+    ca.score = ckv_ + width;
+    ca.ld = 2 * width;
+    ca.state = v.state;
+    ca.rows = v.state_rows;
+    ca.width = v.state_width;
+    ca.ratio = comp->ratio;
+    ca.dim = comp->dim;
+    ca.overlap = comp->overlap;
+    ca.norm_w = comp->norm.data();
+    ca.eps = eps;
+    ca.inv_freq = inv_freq_compress_.data();
+    ca.rope_dim = rd;
+    ca.rope_scale = cscale;
+    ca.post = num.kv_fp8 ? 1 : 0;
+    ca.nope = nope;
+    ca.pool = v.compressed;
+    ca.epp = v.epp;
+    MOESERVE_CUDA_CHECK(cuda::compressor_emit(b, ca, st));
+  }
+  if (icomp) {
+    const int width = 2 * icomp->dim;
+    linear(icomp->wkv_gate.view(), x, T, D, ikv_, 2 * width, true);
+    MOESERVE_CUDA_CHECK(cuda::add_ape(ikv_ + width, T, width, 2 * width, b.tok_pos, icomp->ape.data(), icomp->ratio, st));
+    linear(L.index_wq_b.view(), qr_, T, ql, iq_, nH * id, true);
+    MOESERVE_CUDA_CHECK(cuda::rope(iq_, T, nH, id, nH * id, rd, b.tok_pos, inv_freq_compress_.data(), cscale, false, 0.0f, st));
+    if (num.indexer_fp4) MOESERVE_CUDA_CHECK(cuda::hadamard_fp4_sim(iq_, T * nH, id, true, st));
+    linear(L.index_weights_proj.view(), x, T, D, iw_, nH, true);
+    MOESERVE_CUDA_CHECK(cuda::scale_values(iw_, size_t(T) * nH, 1.0f / std::sqrt(float(nH)), st));
+    ia = ca;
+    ia.kv = ikv_;
+    ia.score = ikv_ + width;
+    ia.ld = 2 * width;
+    ia.state = v.index_state;
+    ia.rows = v.state_rows;
+    ia.width = v.index_width;
+    ia.ratio = icomp->ratio;
+    ia.dim = icomp->dim;
+    ia.overlap = true;
+    ia.norm_w = icomp->norm.data();
+    ia.post = num.indexer_fp4 ? 2 : 0;
+    ia.pool = v.index_keys;
+    MOESERVE_CUDA_CHECK(cuda::compressor_emit(b, ia, st));
+  }
+  if (comp) MOESERVE_CUDA_CHECK(cuda::compressor_store(b, ca, st));
+  if (icomp) MOESERVE_CUDA_CHECK(cuda::compressor_store(b, ia, st));
+
+  int max_keys = int(c.sliding_window);
+  if (comp) {
+    const int entries = (p.max_pos + 1) / comp->ratio;
+    max_keys += icomp ? std::min<int>(int(c.index_topk), entries) : entries;
+  }
+  if (icomp) {
+    const int nc = std::max(1, (p.max_pos + 1) / icomp->ratio);
+    MOESERVE_CUDA_CHECK(cuda::indexer_scores(b, iq_, iw_, nH, id, v.index_keys, v.epp, icomp->ratio,
+                                             1.0f / std::sqrt(float(id)), nc, iscores_, nc, st));
+    MOESERVE_CUDA_CHECK(cuda::indexer_topk(b, iscores_, nc, icomp->ratio, int(c.index_topk), topk_, st));
+  }
+  cuda::AttentionArgs aa;
+  aa.q = q_;
+  aa.kv = kv_;
+  aa.view = v;
+  aa.H = H;
+  aa.hd = hd;
+  aa.window = int(c.sliding_window);
+  aa.ratio = comp ? comp->ratio : 0;
+  aa.topk = icomp ? topk_ : nullptr;
+  aa.k = int(c.index_topk);
+  aa.max_keys = max_keys;
+  aa.sinks = L.sink.data();
+  aa.scale = 1.0f / std::sqrt(float(hd));
+  aa.inv_freq = inv;
+  aa.rope_dim = rd;
+  aa.rope_scale = rscale;
+  aa.o = o_;
+  aa.partial = attn_partial_;
+  aa.splits = std::min(attn_splits_max_, cuda::attention_splits(T, H, max_keys));
+  MOESERVE_CUDA_CHECK(cuda::sparse_attention(b, aa, st));
+  MOESERVE_CUDA_CHECK(cuda::window_store(b, v, kv_, st));
+
+  // Grouped low-rank output projection, then wo_b.
+  const int G = int(c.o_groups), olora = int(c.o_lora_rank), group_in = H * hd / G;
+  if (options_.exact || T <= kSkinnyRows) {
+    const GemmView w = L.wo_a.view();
+    cuda::GemvArgs a;
+    a.wtype = w.type;
+    a.w = w.w;
+    a.row_scale = w.row_scale;
+    a.N = olora;
+    a.K = group_in;
+    a.scale_ld = w.scale_ld;
+    a.w_stride = (long long)olora * group_in;
+    a.scale_stride = (long long)olora * w.scale_ld;
+    a.x = o_;
+    a.ldx = H * hd;
+    a.x_stride = group_in;
+    a.y = grouped_;
+    a.ldy = G * olora;
+    a.y_stride = olora;
+    a.M = T;
+    a.problems = G;
+    MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
+  } else {
+    for (int g = 0; g < G; ++g)
+      linear(L.wo_a.view(0, g * olora, olora), o_ + size_t(g) * group_in, T, H * hd, grouped_ + size_t(g) * olora,
+             G * olora, false);
+  }
+  linear(L.wo_b.view(), grouped_, T, G * olora, out, D, true);
+}
+
+void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
+  const io::ModelConfig& c = config_;
+  const GpuLayer& L = weights_.layers[size_t(l)];
+  const io::LayerSpec& spec = c.layers[size_t(l)];
+  cudaStream_t st = stream();
+  const cuda::BatchDesc b = batch_desc(p);
+  const int T = p.T, D = int(c.hidden_size), E = int(c.n_routed_experts), K = int(c.experts_per_token);
+  const int I = int(c.moe_intermediate_size), TK = T * K;
+  const float limit = float(c.swiglu_limit);
+  const Numerics& num = options_.numerics;
+
+  linear(L.gate.view(), x, T, D, gate_logits_, E, false);
+  const int func = c.scoring_func == "sqrtsoftplus" ? 0 : c.scoring_func == "sigmoid" ? 1 : 2;
+  MOESERVE_CUDA_CHECK(cuda::moe_route(gate_logits_, T, E, K, func, spec.hash_moe ? nullptr : L.gate_bias.data(),
+                                      spec.hash_moe ? L.tid2eid.data() : nullptr, b.tok_id, c.norm_topk_prob,
+                                      float(c.routed_scaling_factor), chosen_, route_w_, st));
+  // Shared expert.
+  linear(L.shared_w13.view(), x, T, D, sh13_, 2 * I, true);
+  MOESERVE_CUDA_CHECK(cuda::swiglu(sh13_, T, nullptr, I, limit, nullptr, sact_, st));
+  linear(L.shared_w2.view(), sact_, T, I, out, D, true);
+  // Routed experts, grouped by expert.
+  int* ge = groups_;
+  int* go = groups_ + E;
+  int* gc = groups_ + 2 * E;
+  int* ng = groups_ + 3 * E;
+  MOESERVE_CUDA_CHECK(cuda::moe_group(chosen_, route_w_, T, K, E, nullptr, ge, go, gc, ng, row_of_slot_, token_of_row_,
+                                      weight_of_row_, st));
+  const bool sim = num.act_fp8 && L.experts_w13.act_quant;
+  const bool large = !options_.exact && TK > kSkinnyRows * E;
+  if (!large) {
+    const float* xin = x;
+    if (sim) {
+      MOESERVE_CUDA_CHECK(cudaMemcpyAsync(xe_, x, size_t(T) * D * 4, cudaMemcpyDeviceToDevice, st));
+      MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(xe_, T, D, D, 128, st));
+      xin = xe_;
+    }
+    const GemmView w13 = L.experts_w13.view(), w2 = L.experts_w2.view();
+    cuda::GemvArgs a;
+    a.wtype = w13.type;
+    a.w = w13.w;
+    a.row_scale = w13.row_scale;
+    a.N = 2 * I;
+    a.K = D;
+    a.scale_ld = w13.scale_ld;
+    a.w_stride = (long long)2 * I * D;
+    a.scale_stride = (long long)2 * I * w13.scale_ld;
+    a.x = xin;
+    a.ldx = D;
+    a.y = h13_;
+    a.ldy = 2 * I;
+    a.problems = std::min(E, TK);
+    a.group_expert = ge;
+    a.group_offset = go;
+    a.group_count = gc;
+    a.num_groups = ng;
+    a.x_rows = token_of_row_;
+    MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
+    MOESERVE_CUDA_CHECK(cuda::swiglu(h13_, TK, nullptr, I, limit, weight_of_row_, act_, st));
+    if (sim) MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(act_, TK, I, I, 128, st));
+    cuda::GemvArgs a2 = a;
+    a2.wtype = w2.type;
+    a2.w = w2.w;
+    a2.row_scale = w2.row_scale;
+    a2.N = D;
+    a2.K = I;
+    a2.scale_ld = w2.scale_ld;
+    a2.w_stride = (long long)D * I;
+    a2.scale_stride = (long long)D * w2.scale_ld;
+    a2.x = act_;
+    a2.ldx = I;
+    a2.y = ye_;
+    a2.ldy = D;
+    a2.x_rows = nullptr;
+    MOESERVE_CUDA_CHECK(cuda::gemv(a2, st));
+  } else {
+    // Many rows per expert (prefill): per-expert GEMMs on gathered rows; needs the groups on the host.
+    std::vector<int> host(size_t(3 * E + 1));
+    cuda::copy_to_host(host.data(), groups_, host.size() * sizeof(int), st, "MoE groups");
+    const int groups = host[size_t(3 * E)];
+    for (int g = 0; g < groups; ++g) {
+      const int e = host[size_t(g)], off = host[size_t(E + g)], cnt = host[size_t(2 * E + g)];
+      for (int r0 = 0; r0 < cnt; r0 += T) {
+        const int n = std::min(T, cnt - r0);
+        MOESERVE_CUDA_CHECK(cuda::gather_rows(x, D, token_of_row_ + off + r0, n, xe_, st));
+        linear(L.experts_w13.view(e), xe_, n, D, h13_ + size_t(off + r0) * 2 * I, 2 * I, true);
+      }
+    }
+    MOESERVE_CUDA_CHECK(cuda::swiglu(h13_, TK, nullptr, I, limit, weight_of_row_, act_, st));
+    for (int g = 0; g < groups; ++g) {
+      const int e = host[size_t(g)], off = host[size_t(E + g)], cnt = host[size_t(2 * E + g)];
+      linear(L.experts_w2.view(e), act_ + size_t(off) * I, cnt, I, ye_ + size_t(off) * D, D, true);
+    }
+  }
+  MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
+}
+
+void GpuModel::block(GpuKvCache& cache, const Plan& p, int l) {
+  const io::ModelConfig& c = config_;
+  const GpuLayer& L = weights_.layers[size_t(l)];
+  cudaStream_t st = stream();
+  const int T = p.T, D = int(c.hidden_size), hc = int(c.hc_mult), mix = int(c.hc_mix());
+  const int splits = cuda::hc_mix_splits(hc * D);
+  const float eps = float(c.rms_norm_eps), hc_eps = float(c.hc_eps);
+  MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(h_, T, hc * D, L.hc_attn_fn.data(), mix, splits, partial_, st));
+  MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial_, splits, h_, T, hc, D, mix, L.hc_attn_base.data(),
+                                          L.hc_attn_scale.data(), int(c.hc_sinkhorn_iters), hc_eps, eps,
+                                          L.attn_norm.data(), x_, post_, comb_, st));
+  attention(cache, p, l, x_, out_);
+  MOESERVE_CUDA_CHECK(cuda::hc_post(h_, T, hc, D, out_, post_, comb_, st));
+  MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(h_, T, hc * D, L.hc_ffn_fn.data(), mix, splits, partial_, st));
+  MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial_, splits, h_, T, hc, D, mix, L.hc_ffn_base.data(),
+                                          L.hc_ffn_scale.data(), int(c.hc_sinkhorn_iters), hc_eps, eps,
+                                          L.ffn_norm.data(), x_, post_, comb_, st));
+  moe(p, l, x_, out_);
+  MOESERVE_CUDA_CHECK(cuda::hc_post(h_, T, hc, D, out_, post_, comb_, st));
+}
+
+void GpuModel::run(GpuKvCache& cache, const Plan& p) {
+  const io::ModelConfig& c = config_;
+  cudaStream_t st = stream();
+  const cuda::BatchDesc b = batch_desc(p);
+  const int D = int(c.hidden_size), hc = int(c.hc_mult);
+  MOESERVE_CUDA_CHECK(cuda::embed_gather(weights_.embed.data(), weights_.embed_bf16, D, b.tok_id, p.T, hc, h_, st));
+  for (int l = 0; l < int(c.num_layers); ++l) block(cache, p, l);
+  const int* rows = b.page_table + size_t(p.S) * p.page_ld;
+  MOESERVE_CUDA_CHECK(cuda::gather_rows(h_, hc * D, rows, p.R, sel_, st));
+  const int splits = cuda::hc_mix_splits(hc * D);
+  MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(sel_, p.R, hc * D, weights_.hc_head_fn.data(), hc, splits, partial_, st));
+  MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial_, splits, sel_, p.R, hc, D, hc, weights_.hc_head_base.data(),
+                                          weights_.hc_head_scale.data(), 0, float(c.hc_eps), float(c.rms_norm_eps),
+                                          weights_.norm.data(), xr_, nullptr, nullptr, st));
+  linear(weights_.head.view(), xr_, p.R, D, logits_, int(c.vocab_size), true);
+  rows_ = p.R;
+}
+
+void GpuModel::forward_async(GpuKvCache& cache, const std::vector<ForwardRequest>& requests,
+                             std::vector<int64_t>* first_row, std::vector<int64_t>* row_count, bool use_graph,
+                             int64_t max_len) {
+  bool decode = use_graph && max_len > 0;
+  for (const ForwardRequest& r : requests) decode &= r.tokens.size() == 1;
+  Plan plan;
+  if (!decode) {
+    stage(cache, requests, &plan, first_row, row_count);
+    run(cache, plan);
+    return;
+  }
+  const int B = int(requests.size());
+  plan.page_ld = int(cache.host().pages_for(max_len));
+  plan.max_pos = int(max_len - 1);
+  stage(cache, requests, &plan, first_row, row_count);
+  auto it = graphs_.find(B);
+  if (it != graphs_.end() && it->second.generation == generation_ && it->second.page_ld == plan.page_ld &&
+      it->second.max_pos == plan.max_pos) {
+    MOESERVE_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream()));
+    rows_ = plan.R;
+    return;
+  }
+  // Eager step (also the warm-up: every buffer and cuBLASLt plan exists after it), then capture for later steps.
+  run(cache, plan);
+  const uint64_t before = generation_;
+  cudaGraph_t graph = nullptr;
+  MOESERVE_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+  try {
+    run(cache, plan);
+  } catch (...) {
+    cudaStreamEndCapture(stream(), &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  MOESERVE_CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+  if (generation_ != before) {  // a buffer moved during capture: do not keep it
+    cudaGraphDestroy(graph);
+    return;
+  }
+  cudaGraphExec_t exec = nullptr;
+  MOESERVE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaGraphDestroy(graph);
+  Graph& g = graphs_[B];
+  if (g.exec) cudaGraphExecDestroy(g.exec);
+  g.exec = exec;
+  g.page_ld = plan.page_ld;
+  g.max_pos = plan.max_pos;
+  g.generation = generation_;
+}
+
+ForwardResult GpuModel::forward(GpuKvCache& cache, const std::vector<ForwardRequest>& requests) {
+  ForwardResult result;
+  forward_async(cache, requests, &result.first_row, &result.row_count);
+  const int64_t vocab = config_.vocab_size;
+  result.logits = Tensor::empty(DType::F32, {rows_, vocab});
+  cuda::copy_to_host(result.logits.f32(), logits_, size_t(rows_ * vocab) * sizeof(float), stream(), "logits");
+  return result;
+}
+
+}  // namespace moeserve::model
+#endif

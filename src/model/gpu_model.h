@@ -1,0 +1,137 @@
+#pragma once
+// The DeepSeek-V4 forward on one Hopper GPU: the same batch-of-chunks contract as Model::forward
+// (model/model.h), op for op as model.cpp / block.cpp / attention.cpp / moe.cpp, over KV pools on the device
+// with cache::KvCache's indexing (GpuKvCache). The decode step (one token per sequence) can be captured in a
+// CUDA graph per batch size and replayed.
+//
+// Numerics: `exact` (the default) feeds fp32 activations into every GEMM (the skinny GEMM at any row count),
+// so logits match the CPU reference to fp32 rounding; otherwise linears with more than 8 rows go through
+// cuBLASLt (BF16 activations for BF16 weights; the official FP8 activation quantizer for FP8 weights) and
+// routed experts with many rows per expert run per expert through cuBLASLt.
+#if MOESERVE_WITH_CUDA
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "io/model_config.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/runtime.h"
+#include "model/gpu_weights.h"
+#include "model/model.h"
+
+namespace moeserve::model {
+
+struct GpuOptions {
+  bool exact = true;
+  Numerics numerics;
+};
+
+// KV pools on the device; slots and pages are handed out by a cache::KvCache of the same layout (whose host
+// pools are never touched, so they cost no memory).
+class GpuKvCache {
+ public:
+  GpuKvCache(cache::KvLayout layout, int64_t slots, int64_t pages);
+  cache::KvCache& host() { return host_; }
+  const cache::KvLayout& layout() const { return host_.layout(); }
+  cuda::KvLayerView view(int64_t layer) const;
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  cache::KvCache host_;
+  cuda::DeviceArray<float> window_;
+  std::vector<cuda::DeviceArray<float>> compressed_, index_keys_, state_, index_state_;
+  int64_t bytes_ = 0;
+};
+
+class GpuModel {
+ public:
+  GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions options);
+  ~GpuModel();
+  // The loaded model's weights uploaded.
+  static std::unique_ptr<GpuModel> from_model(const Model& model, GpuOptions options = {});
+  // Random weights of `config`'s shapes (first `num_layers` layers; <= 0: all), created on the GPU.
+  static std::unique_ptr<GpuModel> dummy(io::ModelConfig config, int64_t num_layers, cuda::WeightType linear_type,
+                                         cuda::WeightType expert_type, uint64_t seed, GpuOptions options = {});
+
+  const io::ModelConfig& config() const { return config_; }
+  const GpuWeights& weights() const { return weights_; }
+  const GpuOptions& options() const { return options_; }
+  cache::KvLayout kv_layout() const { return cache::KvLayout::from_config(config_, 0, 0); }
+  cudaStream_t stream() const { return stream_.get(); }
+
+  // Model::forward's contract; logits copied to the host.
+  ForwardResult forward(GpuKvCache& cache, const std::vector<ForwardRequest>& requests);
+  // Runs the forward and leaves the logits on the device (logits_device(), rows as ForwardResult's); no sync.
+  // first_row/row_count as ForwardResult's. With use_graph, a decode batch (one token per request) replays a
+  // captured CUDA graph for its batch size (captured on first use; max_len bounds positions).
+  void forward_async(GpuKvCache& cache, const std::vector<ForwardRequest>& requests, std::vector<int64_t>* first_row,
+                     std::vector<int64_t>* row_count, bool use_graph = false, int64_t max_len = 0);
+  const float* logits_device() const { return logits_; }
+  int64_t logit_rows() const { return rows_; }
+  int graphs_captured() const { return int(graphs_.size()); }
+
+ private:
+  struct Plan {
+    int T = 0, S = 0, R = 0, page_ld = 1, max_pos = 0;
+  };
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    int page_ld = 0, max_pos = 0;
+    uint64_t generation = 0;
+  };
+  void stage(GpuKvCache& cache, const std::vector<ForwardRequest>& requests, Plan* plan,
+             std::vector<int64_t>* first_row, std::vector<int64_t>* row_count);
+  void ensure_workspace(const Plan& p);
+  void run(GpuKvCache& cache, const Plan& p);
+  void block(GpuKvCache& cache, const Plan& p, int layer);
+  void attention(GpuKvCache& cache, const Plan& p, int layer, const float* x, float* out);
+  void moe(const Plan& p, int layer, const float* x, float* out);
+  void linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant);
+  float* tmp_f32(size_t n);
+  cuda::BatchDesc batch_desc(const Plan& p) const;
+
+  io::ModelConfig config_;
+  GpuWeights weights_;
+  GpuOptions options_;
+  kernels::cpu::RopeTable rope_main_, rope_compress_;
+  cuda::DeviceArray<float> inv_freq_main_, inv_freq_compress_;
+  cuda::Stream stream_;
+  cuda::Blas blas_;
+
+  // Workspace (grow-only; a growth invalidates captured graphs).
+  struct Buf {
+    cuda::DeviceBuffer buf;
+    void* get(size_t bytes, uint64_t* generation);
+  };
+  std::map<int, Buf> bufs_;
+  uint64_t generation_ = 0;
+  size_t capacity_T_ = 0, capacity_R_ = 0, capacity_pos_ = 0, capacity_pages_ = 0;
+  float *h_ = nullptr, *x_ = nullptr, *out_ = nullptr, *post_ = nullptr, *comb_ = nullptr, *partial_ = nullptr;
+  float *qr_ = nullptr, *q_ = nullptr, *kv_ = nullptr, *ckv_ = nullptr, *ikv_ = nullptr, *iq_ = nullptr, *iw_ = nullptr;
+  float *iscores_ = nullptr, *o_ = nullptr, *grouped_ = nullptr, *attn_partial_ = nullptr;
+  int* topk_ = nullptr;
+  float *gate_logits_ = nullptr, *route_w_ = nullptr, *weight_of_row_ = nullptr, *h13_ = nullptr, *act_ = nullptr;
+  float *ye_ = nullptr, *sh13_ = nullptr, *sact_ = nullptr, *xe_ = nullptr;
+  int *chosen_ = nullptr, *groups_ = nullptr, *row_of_slot_ = nullptr, *token_of_row_ = nullptr;
+  float *sel_ = nullptr, *xr_ = nullptr, *logits_ = nullptr;
+  int* meta_ = nullptr;
+  size_t meta_ints_ = 0;
+  int64_t rows_ = 0;
+  int attn_splits_max_ = 1;
+  // Linear temporaries.
+  size_t tmp_f32_n_ = 0, tmp_bf16_n_ = 0, tmp_u8_n_ = 0, tmp_scale_n_ = 0;
+  float* tmp_f32_ = nullptr;
+  uint16_t* tmp_bf16_ = nullptr;
+  uint8_t* tmp_u8_ = nullptr;
+  float* tmp_scale_ = nullptr;
+  // Pinned staging of the batch layout.
+  int* pinned_ = nullptr;
+  size_t pinned_ints_ = 0;
+  std::map<int, Graph> graphs_;
+};
+
+}  // namespace moeserve::model
+#endif

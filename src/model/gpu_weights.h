@@ -1,0 +1,94 @@
+#pragma once
+// DeepSeek-V4 weights on the GPU (CUDA backend). BF16 linears stay BF16; FP8 linears stay FP8 e4m3 with their
+// 128x128 block scales, kept twice in fp32: one scale per (row, 128 inputs) for the exact skinny GEMM
+// (kernels/cuda/ops.h gemv), and the block grid in cuBLASLt's BLK128x128 layout for prefill. MXFP4 experts
+// (until the W4A8 kernel is wired in) are expanded to BF16, exactly. Small parameters are fp32.
+// Built either from loaded ModelWeights or, for performance work, as random weights of a config's shapes
+// created directly on the GPU (no files).
+#if MOESERVE_WITH_CUDA
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "io/model_config.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/runtime.h"
+#include "model/weights.h"
+
+namespace moeserve::model {
+
+// A matrix (or a stack of equally shaped matrices, e.g. one per expert) as the GEMMs consume it.
+struct GemmView {
+  cuda::WeightType type = cuda::WeightType::BF16;
+  const void* w = nullptr;          // [N, K]
+  const float* row_scale = nullptr;  // FP8: [N, scale_ld]
+  int scale_ld = 0;
+  const float* blk_scale = nullptr;  // FP8, cuBLASLt layout [N/128, blk_ld]; null when not 128-aligned
+  int blk_ld = 0;
+  int N = 0, K = 0;
+  bool act_quant = false;  // a checkpoint FP8/FP4 linear: the FP8 activation numerics apply
+};
+
+struct GpuLinear {
+  cuda::WeightType type = cuda::WeightType::BF16;
+  int out = 0, in = 0, count = 1;  // count stacked [out, in] matrices
+  bool act_quant = false;
+  cuda::DeviceBuffer w;
+  cuda::DeviceArray<float> row_scale;
+  int scale_ld = 0;
+  cuda::DeviceArray<float> blk_scale;
+  int blk_ld = 0;
+
+  bool defined() const { return out > 0; }
+  size_t element_bytes() const { return type == cuda::WeightType::FP8 ? 1 : 2; }
+  size_t bytes() const { return w.bytes() + row_scale.bytes() + blk_scale.bytes(); }
+  // Matrix `index` of the stack, rows [row_begin, row_begin + rows) (rows < 0: to the end).
+  GemmView view(int index = 0, int row_begin = 0, int rows = -1) const;
+
+  // The rows of each part stacked, `count` times (parts[i * per + j]: matrix i, part j). All parts share a
+  // format; Dense/MXFP4 parts become BF16.
+  static GpuLinear upload(const std::vector<const LinearWeight*>& parts, int count, const std::string& name);
+  // Random weights (bf16, or fp8 with random power-of-two block scales) of `count` [out, in] matrices.
+  static GpuLinear random(cuda::WeightType type, int out, int in, int count, float scale, uint64_t seed,
+                          cudaStream_t stream, const std::string& name);
+};
+
+struct GpuCompressor {
+  int ratio = 0, dim = 0;
+  bool overlap = false;
+  GpuLinear wkv_gate;  // [2 * width, D]: wkv rows then wgate rows (width = coff * dim)
+  cuda::DeviceArray<float> ape, norm;
+};
+
+struct GpuLayer {
+  cuda::DeviceArray<float> attn_norm, ffn_norm;
+  cuda::DeviceArray<float> hc_attn_fn, hc_attn_base, hc_attn_scale, hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
+  GpuLinear wq_a, wq_b, wkv, wo_a, wo_b;
+  cuda::DeviceArray<float> q_norm, kv_norm, sink;
+  std::optional<GpuCompressor> compressor;
+  std::optional<GpuCompressor> index_compressor;
+  GpuLinear index_wq_b, index_weights_proj;
+  GpuLinear gate;  // router [E, D]
+  cuda::DeviceArray<float> gate_bias;
+  cuda::DeviceArray<int> tid2eid;
+  GpuLinear experts_w13, experts_w2;  // E stacked [2I, D], [D, I]
+  GpuLinear shared_w13, shared_w2;
+};
+
+struct GpuWeights {
+  cuda::DeviceBuffer embed;  // [vocab, D] bf16 (when exact) or fp32
+  bool embed_bf16 = true;
+  GpuLinear head;
+  cuda::DeviceArray<float> norm, hc_head_fn, hc_head_base, hc_head_scale;
+  std::vector<GpuLayer> layers;
+  size_t bytes = 0;  // device bytes of all weights
+
+  static GpuWeights upload(const io::ModelConfig& config, const ModelWeights& weights);
+  // Random weights of the config's shapes (BF16 or FP8 linears; routed experts `expert_type`).
+  static GpuWeights random(const io::ModelConfig& config, cuda::WeightType linear_type, cuda::WeightType expert_type,
+                           uint64_t seed, cudaStream_t stream);
+};
+
+}  // namespace moeserve::model
+#endif
