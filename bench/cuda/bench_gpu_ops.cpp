@@ -1,0 +1,483 @@
+// bench_gpu_ops: every CUDA op of the forward at V4-Flash / V4-Pro decode shapes (1-64 tokens) and prefill shapes
+// (4K-32K tokens), and the V4-Flash decode step per layer at batch 1, 8, 32 — time, bytes, FLOPs, and
+// achieved / roofline against the H200 ceilings of shared/reference/h200.md (4.28 TB/s copy bandwidth,
+// 784 TFLOP/s bf16 and 1418 TFLOP/s fp8 dense; fp32 SIMT ~60 TFLOP/s for the fp32 kernels).
+// Timing: each op's launches captured in a CUDA graph, replayed, cudaEvent time / launches; weights rotate over
+// copies larger than the L2 so that decode-shape reads come from HBM. Usage: bench_gpu_ops [filter-substring]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/runtime.h"
+#include "model/gpu_model.h"
+
+using namespace moeserve;
+
+namespace {
+
+constexpr double kBw = 4.28e12, kBf16 = 784e12, kFp8 = 1418e12, kFp32 = 60e12;
+std::string filter;
+cudaStream_t st;
+int rows_ge8mb = 0, rows_ge8mb_ok = 0;
+
+// Average microseconds per call of fn (which must only enqueue work on `st`).
+double time_us(const std::function<void(int)>& fn, int reps = 20) {
+  fn(0);
+  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(st));
+  cudaGraph_t graph;
+  MOESERVE_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < reps; ++i) fn(i);
+  MOESERVE_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+  cudaGraphExec_t exec;
+  MOESERVE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  MOESERVE_CUDA_CHECK(cudaGraphLaunch(exec, st));
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaEventRecord(a, st);
+  const int replays = 3;
+  for (int r = 0; r < replays; ++r) MOESERVE_CUDA_CHECK(cudaGraphLaunch(exec, st));
+  cudaEventRecord(b, st);
+  MOESERVE_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return double(ms) * 1000.0 / (replays * reps);
+}
+
+void report(const std::string& op, const std::string& shape, double us, double bytes, double flops, double peak,
+            bool decode) {
+  const double roof = std::max(bytes / kBw, flops / peak) * 1e6;
+  const double pct = 100.0 * roof / us;
+  std::printf("| %-28s | %-34s | %9.2f | %9.3f | %9.3f | %8.1f | %7.2f | %8.2f | %5.1f%% |\n", op.c_str(), shape.c_str(), us,
+              bytes / 1e6, flops / 1e9, bytes / us / 1e3, flops / us / 1e6, roof, pct);
+  if (decode && shape.find(" M=1 ") != std::string::npos && bytes >= 8e6) {
+    ++rows_ge8mb;
+    rows_ge8mb_ok += pct >= 60.0;
+  }
+  std::fflush(stdout);
+}
+
+bool want(const std::string& name) { return filter.empty() || name.find(filter) != std::string::npos; }
+
+struct Pool {  // rotating copies of a buffer, >= 256 MB together (or 2 copies)
+  std::vector<cuda::DeviceBuffer> copies;
+  Pool(size_t bytes, int kind, float scale) {
+    const size_t n = std::max<size_t>(2, std::min<size_t>(16, (size_t(256) << 20) / std::max<size_t>(bytes, 1) + 1));
+    for (size_t i = 0; i < n; ++i) {
+      copies.emplace_back(bytes, "bench buffer");
+      const size_t elems = kind == 2 ? bytes : kind == 1 ? bytes / 2 : bytes / 4;
+      MOESERVE_CUDA_CHECK(cuda::fill_uniform(copies.back().data(), elems, kind, scale, 1234 + i, st));
+    }
+  }
+  void* get(int i) const { return copies[size_t(i) % copies.size()].data(); }
+};
+
+cuda::DeviceBuffer floats(size_t n, float scale = 1.0f) {
+  cuda::DeviceBuffer b(std::max<size_t>(n, 1) * 4, "bench floats");
+  MOESERVE_CUDA_CHECK(cuda::fill_uniform(b.data(), n, 0, scale, 99, st));
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------- linears
+void bench_linear(const std::string& model, const std::string& name, int N, int K, bool fp8, cuda::Blas& blas,
+                  const std::vector<int>& Ms) {
+  if (!want("linear")) return;
+  const size_t wbytes = size_t(N) * K * (fp8 ? 1 : 2);
+  Pool w(wbytes, fp8 ? 2 : 1, fp8 ? 448.0f : 0.02f);
+  const int sld = (K + 127) / 128, bld = (sld + 3) / 4 * 4;
+  auto rs = floats(size_t(N) * sld, 1e-3f);
+  auto bs = floats(size_t((N + 127) / 128) * bld, 1e-3f);
+  for (int M : Ms) {
+    auto x = floats(size_t(M) * K);
+    auto y = floats(size_t(M) * N);
+    const double bytes = double(wbytes) + double(M) * K * 4 + double(M) * N * 4;
+    const double flops = 2.0 * M * N * K;
+    const std::string shape = model + " " + name + " M=" + std::to_string(M) + " " + std::to_string(N) + "x" + std::to_string(K);
+    if (M <= 64) {
+      cuda::GemvArgs a;
+      a.wtype = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
+      a.row_scale = static_cast<float*>(rs.data());
+      a.N = N;
+      a.K = K;
+      a.scale_ld = sld;
+      a.x = static_cast<float*>(x.data());
+      a.ldx = K;
+      a.y = static_cast<float*>(y.data());
+      a.ldy = N;
+      a.M = M;
+      const double us = time_us([&](int i) {
+        a.w = w.get(i);
+        MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
+      });
+      report(fp8 ? "gemv fp8 (exact fp32 act)" : "gemv bf16 (exact fp32 act)", shape, us, bytes, flops, kFp32, true);
+    }
+    if (M >= 32) {  // cuBLASLt with the activation conversion it needs
+      cuda::DeviceBuffer xa(size_t(M) * K * 2, "xa"), xs(size_t(M) * (K / 128 + 1) * 4, "xs");
+      bool ok = true;
+      const double us = time_us([&](int i) {
+        if (fp8) {
+          MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(static_cast<float*>(x.data()), M, K, K, static_cast<uint8_t*>(xa.data()),
+                                                  static_cast<float*>(xs.data()), st));
+          ok &= blas.gemm_fp8_block(static_cast<uint8_t*>(xa.data()), static_cast<float*>(xs.data()),
+                                    static_cast<const uint8_t*>(w.get(i)), static_cast<float*>(bs.data()),
+                                    static_cast<float*>(y.data()), M, N, K, N, st);
+        } else {
+          MOESERVE_CUDA_CHECK(cuda::to_bf16(static_cast<float*>(x.data()), M, K, K, static_cast<uint16_t*>(xa.data()), st));
+          ok &= blas.gemm_bf16(static_cast<uint16_t*>(xa.data()), static_cast<const uint16_t*>(w.get(i)),
+                               static_cast<float*>(y.data()), M, N, K, N, st);
+        }
+      });
+      if (ok) report(fp8 ? "cuBLASLt fp8 1x128/128x128" : "cuBLASLt bf16", shape, us, bytes, flops, fp8 ? kFp8 : kBf16, M <= 64);
+      else std::printf("| %-28s | %-34s | no cuBLASLt algorithm |\n", fp8 ? "cuBLASLt fp8" : "cuBLASLt bf16", shape.c_str());
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------- attention side
+struct Batch {
+  cuda::DeviceArray<int> meta;
+  cuda::BatchDesc b;
+  // T tokens of S sequences, each with `count` tokens ending at position `last`; pages identity per sequence.
+  Batch(int S, int count, int last, int pages_per_seq) {
+    const int T = S * count;
+    std::vector<int> m;
+    for (int s = 0; s < S; ++s)
+      for (int i = 0; i < count; ++i) m.push_back(last - count + 1 + i);
+    for (int s = 0; s < S; ++s)
+      for (int i = 0; i < count; ++i) m.push_back(s);
+    for (int t = 0; t < T; ++t) m.push_back(t % 1000);
+    for (int s = 0; s < S; ++s) m.push_back(s * count);
+    for (int s = 0; s < S; ++s) m.push_back(last - count + 1);
+    for (int s = 0; s < S; ++s) m.push_back(count);
+    for (int s = 0; s < S; ++s) m.push_back(s);
+    for (int s = 0; s < S; ++s)
+      for (int p = 0; p < pages_per_seq; ++p) m.push_back(s * pages_per_seq + p);
+    meta = cuda::DeviceArray<int>::from(std::span<const int>(m), "bench meta");
+    const int* d = meta.data();
+    b.T = T;
+    b.S = S;
+    b.tok_pos = d;
+    b.tok_seq = d + T;
+    b.tok_id = d + 2 * T;
+    b.seq_begin = d + 3 * T;
+    b.seq_start = b.seq_begin + S;
+    b.seq_count = b.seq_start + S;
+    b.seq_slot = b.seq_count + S;
+    b.page_table = b.seq_slot + S;
+    b.page_ld = pages_per_seq;
+  }
+};
+
+void bench_attention(const std::string& model, int H, int S, int count, int ctx, int ratio, bool indexed, int topk) {
+  if (!want("attention")) return;
+  const int hd = 512, W = 128, T = S * count, epp = ratio ? 256 / ratio : 1;
+  const int pages = (ctx + 255) / 256 + 1;
+  Batch bt(S, count, ctx - 1, pages);
+  auto q = floats(size_t(T) * H * hd), kv = floats(size_t(T) * hd), o = floats(size_t(T) * H * hd);
+  auto window = floats(size_t(S) * W * hd);
+  auto comp = floats(size_t(S) * pages * epp * hd);
+  auto sinks = floats(size_t(H));
+  auto inv = floats(32, 0.5f);
+  std::vector<int> top(size_t(T) * std::max(topk, 1));
+  for (size_t i = 0; i < top.size(); ++i) top[i] = int((i * 7919) % std::max(1, (ctx - count) / std::max(ratio, 1)));
+  auto dtop = cuda::DeviceArray<int>::from(std::span<const int>(top), "top");
+  cuda::AttentionArgs a;
+  a.q = static_cast<float*>(q.data());
+  a.kv = static_cast<float*>(kv.data());
+  a.view.window = static_cast<float*>(window.data());
+  a.view.num_layers = 1;
+  a.view.cap = W;
+  a.view.hd = hd;
+  a.view.compressed = static_cast<float*>(comp.data());
+  a.view.epp = epp;
+  a.H = H;
+  a.hd = hd;
+  a.window = W;
+  a.ratio = ratio;
+  a.topk = indexed ? dtop.data() : nullptr;
+  a.k = topk;
+  const int ncomp = ratio ? (indexed ? std::min(topk, ctx / ratio) : ctx / ratio) : 0;
+  a.max_keys = W + ncomp;
+  a.sinks = static_cast<float*>(sinks.data());
+  a.scale = 0.044f;
+  a.inv_freq = static_cast<float*>(inv.data());
+  a.rope_dim = 64;
+  a.splits = cuda::attention_splits(T, H, a.max_keys);
+  auto part = floats(std::max<size_t>(1, cuda::attention_workspace_floats(T, H, hd, a.splits)));
+  a.partial = static_cast<float*>(part.data());
+  a.o = static_cast<float*>(o.data());
+  const double us = time_us([&](int) { MOESERVE_CUDA_CHECK(cuda::sparse_attention(bt.b, a, st)); }, count > 64 ? 2 : 20);
+  const double keys = double(W + ncomp);  // per token (upper bound in prefill)
+  const double bytes = double(S) * (W + ncomp) * hd * 4 + double(T) * H * hd * 8;
+  const double flops = double(T) * H * keys * hd * 4;
+  const std::string kind = ratio == 0 ? "window" : indexed ? "C4 top-" + std::to_string(topk) : "C128";
+  report("attention fp32 (" + kind + ")", model + " T=" + std::to_string(T) + (count == 1 ? " M=" + std::to_string(S) + " " : " ") + "ctx " + std::to_string(ctx), us, bytes, flops, kFp32, count == 1);
+}
+
+void bench_indexer(const std::string& model, int S, int count, int ctx, int k) {
+  if (!want("indexer")) return;
+  const int heads = 64, dim = 128, ratio = 4, epp = 64, T = S * count, pages = (ctx + 255) / 256 + 1;
+  const int nc = ctx / ratio;
+  Batch bt(S, count, ctx - 1, pages);
+  auto q = floats(size_t(T) * heads * dim), w = floats(size_t(T) * heads), keys = floats(size_t(S) * pages * epp * dim);
+  auto scores = floats(size_t(T) * nc);
+  cuda::DeviceArray<int> idx(size_t(T) * k, "idx");
+  const double us = time_us([&](int) {
+    MOESERVE_CUDA_CHECK(cuda::indexer_scores(bt.b, static_cast<float*>(q.data()), static_cast<float*>(w.data()), heads, dim,
+                                             static_cast<float*>(keys.data()), epp, ratio, 0.088f, nc,
+                                             static_cast<float*>(scores.data()), nc, st));
+  }, count > 64 ? 2 : 20);
+  const double bytes = double(S) * nc * dim * 4 + double(T) * nc * 4;
+  report("indexer scores fp32", model + " T=" + std::to_string(T) + (count == 1 ? " M=" + std::to_string(S) + " " : " ") + "ctx " + std::to_string(ctx), us, bytes,
+         2.0 * T * nc * heads * dim, kFp32, count == 1);
+  const double us2 = time_us([&](int) {
+    MOESERVE_CUDA_CHECK(cuda::indexer_topk(bt.b, static_cast<float*>(scores.data()), nc, ratio, k, idx.data(), st));
+  }, count > 64 ? 2 : 20);
+  report("indexer top-" + std::to_string(k), model + " T=" + std::to_string(T) + " of " + std::to_string(nc), us2, double(T) * nc * 4 * 6,
+         0, kFp32, false);
+}
+
+void bench_small_ops(const std::string& model, int D, int T) {
+  if (!want("small")) return;
+  const int hc = 4, mix = 24, width = hc * D, splits = cuda::hc_mix_splits(width);
+  auto h = floats(size_t(T) * width), fn = floats(size_t(mix) * width, 0.01f), base = floats(mix), scale = floats(3);
+  auto nw = floats(D), col = floats(size_t(T) * D), post = floats(size_t(T) * hc), comb = floats(size_t(T) * 16);
+  auto part = floats(size_t(splits) * T * (mix + 1));
+  const std::string sh = model + " T=" + std::to_string(T) + (T <= 64 ? " M=" + std::to_string(T) + " " : " ");
+  const bool dec = T <= 64;
+  double us = time_us([&](int) {
+    MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(static_cast<float*>(h.data()), T, width, static_cast<float*>(fn.data()), mix,
+                                             splits, static_cast<float*>(part.data()), st));
+    MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(static_cast<float*>(part.data()), splits, static_cast<float*>(h.data()), T, hc,
+                                            D, mix, static_cast<float*>(base.data()), static_cast<float*>(scale.data()), 20,
+                                            1e-6f, 1e-6f, static_cast<float*>(nw.data()), static_cast<float*>(col.data()),
+                                            static_cast<float*>(post.data()), static_cast<float*>(comb.data()), st));
+  }, T > 64 ? 3 : 20);
+  report("hc_pre (mix+sinkhorn+norm)", sh, us, double(T) * width * 4 * 2 + double(mix) * width * 4 + double(T) * D * 4,
+         2.0 * T * width * mix, kFp32, dec);
+  us = time_us([&](int) {
+    MOESERVE_CUDA_CHECK(cuda::hc_post(static_cast<float*>(h.data()), T, hc, D, static_cast<float*>(col.data()),
+                                      static_cast<float*>(post.data()), static_cast<float*>(comb.data()), st));
+  }, T > 64 ? 3 : 20);
+  report("hc_post", sh, us, double(T) * width * 8 + double(T) * D * 4, double(T) * width * 10, kFp32, dec);
+  us = time_us([&](int) {
+    MOESERVE_CUDA_CHECK(cuda::rms_norm(static_cast<float*>(col.data()), T, D, D, static_cast<float*>(nw.data()), 1e-6f,
+                                       static_cast<float*>(col.data()), D, st));
+  }, T > 64 ? 3 : 20);
+  report("rms_norm", sh, us, double(T) * D * 8, double(T) * D * 3, kFp32, dec);
+  const int H = D == 4096 ? 64 : 128;
+  auto q = floats(size_t(T) * H * 512), inv = floats(32, 0.5f);
+  std::vector<int> pos(static_cast<size_t>(T));
+  for (int t = 0; t < T; ++t) pos[size_t(t)] = 1000 + t;
+  auto dpos = cuda::DeviceArray<int>::from(std::span<const int>(pos), "pos");
+  us = time_us([&](int) {
+    MOESERVE_CUDA_CHECK(cuda::rope(static_cast<float*>(q.data()), T, H, 512, H * 512, 64, dpos.data(),
+                                   static_cast<float*>(inv.data()), 1.0f, false, 1e-6f, st));
+  }, T > 64 ? 3 : 20);
+  report("q head-norm + rope", sh, us, double(T) * H * 512 * 8, double(T) * H * 512 * 4, kFp32, dec);
+}
+
+void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
+  if (!want("moe")) return;
+  const int K = 6, TK = T * K;
+  const size_t w13 = size_t(2) * I * D * (fp8 ? 1 : 2), w2 = size_t(D) * I * (fp8 ? 1 : 2);
+  cuda::DeviceBuffer W13(w13 * E, "w13"), W2(w2 * E, "w2");
+  MOESERVE_CUDA_CHECK(cuda::fill_uniform(W13.data(), w13 * E / (fp8 ? 1 : 2), fp8 ? 2 : 1, fp8 ? 448.f : 0.02f, 5, st));
+  MOESERVE_CUDA_CHECK(cuda::fill_uniform(W2.data(), w2 * E / (fp8 ? 1 : 2), fp8 ? 2 : 1, fp8 ? 448.f : 0.02f, 6, st));
+  const int sld1 = D / 128, sld2 = I / 128;
+  auto rs1 = floats(size_t(E) * 2 * I * sld1, 1e-3f), rs2 = floats(size_t(E) * D * sld2, 1e-3f);
+  auto logits = floats(size_t(T) * E), bias = floats(E, 0.01f), x = floats(size_t(T) * D);
+  cuda::DeviceArray<int> ids(size_t(T), "ids"), chosen(size_t(TK), "c"), groups(size_t(3 * E + 1), "g"), ros(size_t(TK), "r"),
+      tor(size_t(TK), "t");
+  auto wts = floats(TK), wor = floats(TK), h13 = floats(size_t(TK) * 2 * I), act = floats(size_t(TK) * I), y = floats(size_t(TK) * D),
+       out = floats(size_t(T) * D);
+  ids.fill_bytes(0);
+  int* ge = groups.data();
+  auto step = [&](int) {
+    MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0, static_cast<float*>(bias.data()),
+                                        nullptr, ids.data(), true, 1.5f, chosen.data(), static_cast<float*>(wts.data()), st));
+    MOESERVE_CUDA_CHECK(cuda::moe_group(chosen.data(), static_cast<float*>(wts.data()), T, K, E, nullptr, ge, ge + E,
+                                        ge + 2 * E, ge + 3 * E, ros.data(), tor.data(), static_cast<float*>(wor.data()), st));
+    cuda::GemvArgs a;
+    a.wtype = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
+    a.w = W13.data();
+    a.row_scale = static_cast<float*>(rs1.data());
+    a.N = 2 * I;
+    a.K = D;
+    a.scale_ld = sld1;
+    a.w_stride = (long long)2 * I * D;
+    a.scale_stride = (long long)2 * I * sld1;
+    a.x = static_cast<float*>(x.data());
+    a.ldx = D;
+    a.y = static_cast<float*>(h13.data());
+    a.ldy = 2 * I;
+    a.problems = std::min(E, TK);
+    a.group_expert = ge;
+    a.group_offset = ge + E;
+    a.group_count = ge + 2 * E;
+    a.num_groups = ge + 3 * E;
+    a.x_rows = tor.data();
+    MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
+    MOESERVE_CUDA_CHECK(cuda::swiglu(static_cast<float*>(h13.data()), TK, nullptr, I, 10.0f, static_cast<float*>(wor.data()),
+                                     static_cast<float*>(act.data()), st));
+    cuda::GemvArgs b = a;
+    b.w = W2.data();
+    b.row_scale = static_cast<float*>(rs2.data());
+    b.N = D;
+    b.K = I;
+    b.scale_ld = sld2;
+    b.w_stride = (long long)D * I;
+    b.scale_stride = (long long)D * sld2;
+    b.x = static_cast<float*>(act.data());
+    b.ldx = I;
+    b.y = static_cast<float*>(y.data());
+    b.ldy = D;
+    b.x_rows = nullptr;
+    MOESERVE_CUDA_CHECK(cuda::gemv(b, st));
+    MOESERVE_CUDA_CHECK(cuda::moe_combine(static_cast<float*>(y.data()), D, ros.data(), T, K, static_cast<float*>(out.data()), st));
+  };
+  const double us = time_us(step, 10);
+  // Distinct experts hit by T tokens x 6 (uniform routing; the logits here are random): E (1 - (1 - 6/E)^T).
+  const double active = E * (1.0 - std::pow(1.0 - double(K) / E, T));
+  const double bytes = active * double(w13 + w2) + double(TK) * (2 * I + I + D) * 4 * 2;
+  report(std::string("MoE routed ") + (fp8 ? "fp8" : "bf16") + " (route+group+2 gemv)",
+         model + " M=" + std::to_string(T) + " E=" + std::to_string(E), us, bytes, 2.0 * TK * 3 * I * D, kFp32, true);
+}
+
+// ---------------------------------------------------------------------------------- per-layer decode step
+double layer_roofline_bytes(const io::ModelConfig& c, int B, int ctx, bool c4, double* kv_bytes) {
+  const double D = double(c.hidden_size), H = double(c.num_heads), hd = double(c.head_dim), ql = double(c.q_lora_rank);
+  const double G = double(c.o_groups), ol = double(c.o_lora_rank), E = double(c.n_routed_experts), I = double(c.moe_intermediate_size);
+  double w = ql * D + H * hd * ql + hd * D + G * ol * D;  // fp8: wq_a, wq_b, wkv, wo_b
+  w += G * ol * (H * hd / G) * 2;                          // wo_a bf16
+  w += 3 * I * D;                                          // shared expert fp8
+  w += E * D * 2;                                          // router bf16
+  const double active = E * (1.0 - std::pow(1.0 - 6.0 / E, B));
+  w += active * 3 * I * D;                                 // routed experts fp8
+  double kv = B * 128 * hd * 4;                            // window (fp32 pool)
+  if (c4) {
+    w += 2 * (2 * hd) * D * 2 + 2 * (2 * 128) * D * 2;     // compressor + indexer compressor (bf16)
+    w += double(c.index_n_heads) * 128 * ql + double(c.index_n_heads) * D * 2;
+    kv += B * (double(c.index_topk) * hd * 4 + ctx / 4.0 * 128 * 4);
+  } else {
+    w += 2 * hd * D * 2;
+    kv += B * (ctx / 128.0) * hd * 4;
+  }
+  *kv_bytes = kv;
+  return w + kv;
+}
+
+void bench_layer_decode(cuda::Blas& blas) {
+  if (!want("layer")) return;
+  io::ModelConfig c = io::load_model_config(std::string(MOESERVE_SOURCE_DIR) + "/presets/models/deepseek-v4-flash/config.json");
+  const int ctx = 4096;
+  std::vector<std::pair<int, double>> results;
+  for (int B : {1, 8, 32}) {
+    double step[2] = {0, 0};
+    for (int li = 0; li < 2; ++li) {
+      const int layers = li == 0 ? 2 : 4;  // layers 2 (C4) and 3 (C128) are the difference
+      auto m = model::GpuModel::dummy(c, layers, cuda::WeightType::FP8, cuda::WeightType::FP8, 3, {false, {}});
+      model::GpuKvCache cache(m->kv_layout(), B, int64_t(B) * (ctx / 256 + 2));
+      std::vector<cache::SequenceKv> seqs(static_cast<size_t>(B));
+      std::vector<int32_t> toks(static_cast<size_t>(B), 5);
+      for (auto& s : seqs) {
+        s = cache.host().open_sequence();
+        cache.host().reserve(s, ctx + 64);
+        s.length = ctx;  // the pools' content does not change the work of a step
+      }
+      std::vector<model::ForwardRequest> reqs;
+      for (int s = 0; s < B; ++s) reqs.push_back({&seqs[size_t(s)], std::span<const int32_t>(&toks[size_t(s)], 1), false, false});
+      std::vector<int64_t> first, count;
+      for (int i = 0; i < 3; ++i) m->forward_async(cache, reqs, &first, &count, true, ctx + 64);  // eager, capture, replay
+      MOESERVE_CUDA_CHECK(cudaStreamSynchronize(m->stream()));
+      cudaEvent_t a, b;
+      cudaEventCreate(&a);
+      cudaEventCreate(&b);
+      const int reps = 10;
+      cudaEventRecord(a, m->stream());
+      for (int i = 0; i < reps; ++i) m->forward_async(cache, reqs, &first, &count, true, ctx + 64);
+      cudaEventRecord(b, m->stream());
+      MOESERVE_CUDA_CHECK(cudaEventSynchronize(b));
+      float ms;
+      cudaEventElapsedTime(&ms, a, b);
+      step[li] = ms * 1000.0 / reps;
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+    }
+    const double per_layer = (step[1] - step[0]) / 2.0;
+    double kv4, kv128;
+    const double bytes = (layer_roofline_bytes(c, B, ctx, true, &kv4) + layer_roofline_bytes(c, B, ctx, false, &kv128)) / 2.0;
+    report("V4-Flash decode step / layer", "B=" + std::to_string(B) + " ctx " + std::to_string(ctx) + " (C4+C128 avg)", per_layer,
+           bytes, 0, kFp8, false);
+    std::printf("|   (graph replay: 2 layers + embed/head %.1f us, 4 layers %.1f us; KV bytes/layer %.2f MB) |\n", step[0],
+                step[1], (kv4 + kv128) / 2e6);
+    results.push_back({B, 100.0 * (bytes / kBw * 1e6) / per_layer});
+  }
+  std::printf("layer-decode roofline:");
+  for (auto& [b, p] : results) std::printf(" b%d %.1f%%", b, p);
+  std::printf("\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) filter = argv[1];
+  const cuda::DeviceInfo& info = cuda::device_info();
+  if (!info.available) {
+    std::printf("skipped: %s\n", info.reason.c_str());
+    return 0;
+  }
+  std::printf("# bench_gpu_ops on %s (%d SMs); ceilings: %.2f TB/s, bf16 %.0f, fp8 %.0f, fp32 SIMT %.0f TFLOP/s\n",
+              info.name.c_str(), info.multiprocessors, kBw / 1e12, kBf16 / 1e12, kFp8 / 1e12, kFp32 / 1e12);
+  std::printf("| %-28s | %-34s | %9s | %9s | %9s | %8s | %7s | %8s | %6s |\n", "op", "shape", "us", "MB", "GFLOP", "GB/s",
+              "TFLOP/s", "roof us", "roof%");
+  MOESERVE_CUDA_CHECK(cudaStreamCreate(&st));
+  cuda::Blas blas;
+  const std::vector<int> dec = {1, 8, 32, 64};
+  // V4-Flash (D 4096, H 64, q_lora 1024, o 8x1024, I 2048) and V4-Pro (D 7168, H 128, q_lora 1536, o 16x1024, I 3072).
+  struct Lin { const char* model; const char* name; int N, K; };
+  for (Lin l : {Lin{"flash", "wq_a", 1024, 4096}, Lin{"flash", "wq_b", 32768, 1024}, Lin{"flash", "wkv", 512, 4096},
+                Lin{"flash", "wo_b", 4096, 8192}, Lin{"flash", "shared w13", 4096, 4096}, Lin{"flash", "shared w2", 4096, 2048},
+                Lin{"flash", "indexer wq_b", 8192, 1024}, Lin{"pro", "wq_b", 65536, 1536}, Lin{"pro", "wo_b", 7168, 16384}}) {
+    bench_linear(l.model, l.name, l.N, l.K, true, blas, dec);
+  }
+  bench_linear("flash", "wo_a group (bf16)", 1024, 4096, false, blas, dec);
+  bench_linear("flash", "compressor C4 (bf16)", 2048, 4096, false, blas, {1, 8, 32});
+  bench_linear("flash", "head (bf16)", 129280, 4096, false, blas, {1, 8});
+  for (int M : {4096, 16384, 32768}) {  // prefill GEMMs through cuBLASLt
+    bench_linear("flash", "wq_b", 32768, 1024, true, blas, {M});
+    bench_linear("flash", "shared w13", 4096, 4096, true, blas, {M});
+    bench_linear("flash", "wo_a group (bf16)", 1024, 4096, false, blas, {M});
+  }
+  bench_linear("pro", "wo_b", 7168, 16384, true, blas, {4096});
+  for (int B : {1, 8, 32, 64}) {
+    bench_attention("flash", 64, B, 1, 8192, 4, true, 512);
+    bench_attention("flash", 64, B, 1, 8192, 128, false, 0);
+  }
+  bench_attention("pro", 128, 1, 1, 8192, 4, true, 1024);
+  bench_attention("flash", 64, 1, 4096, 4096, 4, true, 512);
+  bench_attention("flash", 64, 1, 4096, 4096, 128, false, 0);
+  for (int B : {1, 8, 32, 64}) bench_indexer("flash", B, 1, 32768, 512);
+  bench_indexer("flash", 1, 4096, 4096, 512);
+  for (int T : {1, 8, 32, 64, 4096}) {
+    bench_small_ops("flash", 4096, T);
+    bench_small_ops("pro", 7168, T == 4096 ? 1 : T);
+  }
+  for (int T : {1, 8, 32, 64}) bench_moe("flash", 256, 4096, 2048, T, true);
+  bench_moe("pro", 384, 7168, 3072, 1, true);
+  bench_layer_decode(blas);
+  std::printf("decode ops >= 8 MB at M=1 reaching >= 60%% of roofline: %d of %d\n", rows_ge8mb_ok, rows_ge8mb);
+  return 0;
+}

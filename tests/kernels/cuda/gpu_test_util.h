@@ -1,0 +1,100 @@
+#pragma once
+// Shared pieces of the CUDA op differential tests: a fresh seed per test (printed; MOESERVE_TEST_SEED repeats
+// it), device arrays from host vectors, outputs poisoned with NaN before a run, and an every-element comparison
+// against the CPU reference with a per-element tolerance (a NaN anywhere fails).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/runtime.h"
+
+#define SKIP_WITHOUT_GPU() \
+  if (!::moeserve::cuda::available()) GTEST_SKIP() << "no GPU: " << ::moeserve::cuda::device_info().reason
+
+namespace moeserve::gputest {
+
+inline std::mt19937_64 seeded() {
+  uint64_t seed;
+  if (const char* env = std::getenv("MOESERVE_TEST_SEED"))
+    seed = std::strtoull(env, nullptr, 10);
+  else
+    seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::printf("[seed] %s.%s: %llu (MOESERVE_TEST_SEED=%llu repeats it)\n", info->test_suite_name(), info->name(),
+              (unsigned long long)seed, (unsigned long long)seed);
+  return std::mt19937_64(seed);
+}
+
+inline std::vector<float> uniform(size_t n, std::mt19937_64& g, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+inline std::vector<float> normal(size_t n, std::mt19937_64& g, float sd = 1.0f) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+template <class T>
+cuda::DeviceArray<T> dev(const std::vector<T>& h) {
+  return cuda::DeviceArray<T>::from(std::span<const T>(h), "test input");
+}
+template <class T>
+cuda::DeviceArray<T> poisoned(size_t n) {
+  cuda::DeviceArray<T> a(n, "test output");
+  a.fill_bytes(0xff);  // NaN for floats, -1 for ints
+  return a;
+}
+template <class T>
+std::vector<T> host(const cuda::DeviceArray<T>& a) {
+  MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+  return a.download();
+}
+
+// Every element: finite and |got - ref| <= tol[i]. Reports the count, the first failures and the worst ratio.
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& ref, const std::vector<float>& tol,
+                         const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  size_t bad = 0;
+  double worst = 0;
+  std::string first;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - double(ref[i]));
+    const double ratio = tol[i] > 0 ? d / tol[i] : (d > 0 ? INFINITY : 0);
+    if (!std::isfinite(got[i]) || !(d <= tol[i])) {
+      if (bad < 5)
+        first += " [" + std::to_string(i) + "] got " + std::to_string(got[i]) + " want " + std::to_string(ref[i]) +
+                 " tol " + std::to_string(tol[i]) + ";";
+      ++bad;
+    }
+    if (std::isfinite(ratio)) worst = std::max(worst, ratio);
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements out of tolerance:" << first;
+  std::printf("  %s: %zu elements, worst |diff|/tol = %.3g\n", what.c_str(), got.size(), worst);
+}
+inline void expect_close_rel(const std::vector<float>& got, const std::vector<float>& ref, float rel, float abs,
+                             const std::string& what) {
+  std::vector<float> tol(ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) tol[i] = rel * std::fabs(ref[i]) + abs;
+  expect_close(got, ref, tol, what);
+}
+inline void expect_equal(const std::vector<float>& got, const std::vector<float>& ref, const std::string& what) {
+  expect_close(got, ref, std::vector<float>(ref.size(), 0.0f), what);
+}
+inline float max_abs(const std::vector<float>& v) {
+  float m = 0;
+  for (float x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+}  // namespace moeserve::gputest

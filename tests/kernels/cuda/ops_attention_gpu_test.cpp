@@ -1,0 +1,359 @@
+// The KV side of attention on the GPU against the CPU reference ops, with KV state laid out as the serving
+// cache lays it out (pages through a page table, rings indexed by position):
+//  - compressor entry emission (softmax pool per feature + RMSNorm + RoPE at the entry's first position, plus
+//    the FP8 / Hadamard+FP4 simulations), from chunk rows and ring rows; the ring update;
+//  - lightning indexer scores and top-k (ties to the lower index);
+//  - sparse attention with sinks over window + compressed entries (prefill and decode, split or not).
+// Tolerances: the pool and the attention are weighted averages computed with the reference's operation order up
+// to exp() ulps and fp32 summation order: 1e-5 of the inputs' scale. After an FP8/FP4 simulation, an element may
+// land one grid step away when its pre-rounding value sits within that error of a rounding boundary, so there the
+// bound is one step of the element's grid (block scale times the e4m3 / e2m1 spacing) — the simulations
+// themselves are tested bit-exact in ops_basic_gpu_test.cpp.
+#include <cmath>
+#include <numeric>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/gpu_test_util.h"
+#include "kernels/cuda/ops.h"
+
+namespace moeserve {
+namespace {
+
+using namespace gputest;
+namespace ref = kernels::cpu;
+
+io::RopeSpec yarn_spec() {
+  io::RopeSpec s;
+  s.theta = 160000;
+  s.yarn = true;
+  s.factor = 16;
+  s.original_max_position = 65536;
+  return s;
+}
+
+// One sequence (slot 1 of 2) with a chunk of `count` tokens starting at `start`; pages shuffled.
+struct OneSeq {
+  int start = 0, count = 0, pages = 0;
+  std::vector<int> meta;  // pos, seq, id, begin, start, count, slot, page_table
+  cuda::DeviceArray<int> dmeta;
+  cuda::BatchDesc b;
+  std::vector<int> page_table;
+  OneSeq(int start_, int count_, int total_pages, std::mt19937_64& g) : start(start_), count(count_), pages(total_pages) {
+    page_table.resize(size_t(pages));
+    std::iota(page_table.begin(), page_table.end(), 0);
+    std::shuffle(page_table.begin(), page_table.end(), g);
+    for (int i = 0; i < count; ++i) meta.push_back(start + i);
+    for (int i = 0; i < count; ++i) meta.push_back(0);
+    for (int i = 0; i < count; ++i) meta.push_back(0);
+    meta.insert(meta.end(), {0, start, count, 1});
+    meta.insert(meta.end(), page_table.begin(), page_table.end());
+    dmeta = dev(meta);
+    const int* m = dmeta.data();
+    b.T = count;
+    b.S = 1;
+    b.tok_pos = m;
+    b.tok_seq = m + count;
+    b.tok_id = m + 2 * count;
+    b.seq_begin = m + 3 * count;
+    b.seq_start = b.seq_begin + 1;
+    b.seq_count = b.seq_begin + 2;
+    b.seq_slot = b.seq_begin + 3;
+    b.page_table = b.seq_begin + 4;
+    b.page_ld = pages;
+  }
+  size_t slot_index(int entry, int epp) const { return size_t(page_table[size_t(entry / epp)]) * epp + entry % epp; }
+};
+
+float grid_step_fp8(float v, float scale) {  // e4m3 spacing at |v / scale|, times scale
+  const float a = std::fabs(v / scale);
+  if (a < 0.015625f) return scale * 0.001953125f;  // subnormal spacing 2^-9
+  return scale * std::ldexp(1.0f, int(std::floor(std::log2(a))) - 3);
+}
+
+void compressor_case(int ratio, int dim, bool overlap, int post, int start, int count, std::mt19937_64& g) {
+  const int coff = overlap ? 2 : 1, width = coff * dim, rows = coff * ratio, epp = 256 / ratio, rd = 64;
+  const int nope = dim - rd;
+  const int total = start + count, pages = (total + 255) / 256 + 1;
+  OneSeq seq(start, count, pages, g);
+  auto kv = normal(size_t(count) * 2 * width, g);  // [kv | score] per row, ld 2 * width
+  for (int t = 0; t < count; ++t)
+    for (int f = 0; f < width; ++f) kv[size_t(t) * 2 * width + width + f] *= 2.0f;
+  auto state = normal(size_t(2) * 2 * rows * width, g);  // 2 slots
+  auto norm = uniform(size_t(dim), g, 0.5f, 1.5f);
+  ref::RopeTable rope(yarn_spec(), rd);
+  auto dkv = dev(kv);
+  auto dstate = dev(state);
+  auto dnorm = dev(norm);
+  auto dinv = dev(rope.inv_freq());
+  auto pool = poisoned<float>(size_t(pages) * epp * dim);
+  cuda::CompressorArgs a;
+  a.kv = dkv.data();
+  a.score = dkv.data() + width;
+  a.ld = 2 * width;
+  a.state = dstate.data();
+  a.rows = rows;
+  a.width = width;
+  a.ratio = ratio;
+  a.dim = dim;
+  a.overlap = overlap;
+  a.norm_w = dnorm.data();
+  a.inv_freq = dinv.data();
+  a.rope_dim = rd;
+  a.post = post;
+  a.nope = nope;
+  a.pool = pool.data();
+  a.epp = epp;
+  MOESERVE_CUDA_CHECK(cuda::compressor_emit(seq.b, a, nullptr));
+  MOESERVE_CUDA_CHECK(cuda::compressor_store(seq.b, a, nullptr));
+  auto gpool = host(pool);
+  auto gstate = host(dstate);
+  // Reference: rows of position p from the chunk or (before it) the ring of slot 1.
+  auto row = [&](int p, bool score) -> const float* {
+    if (p >= start) return kv.data() + size_t(p - start) * 2 * width + (score ? width : 0);
+    return state.data() + (size_t(1 * 2 + (score ? 1 : 0)) * rows + p % rows) * width;
+  };
+  std::vector<float> got, want, tol;
+  int entries = 0;
+  for (int p = start; p < total; ++p) {
+    if ((p + 1) % ratio) continue;
+    const int e = p / ratio;
+    ++entries;
+    const bool has_prev = overlap && e > 0;
+    const int slots = (has_prev ? 2 : 1) * ratio, half = overlap ? dim : 0;
+    std::vector<float> skv(size_t(slots) * dim), ssc(size_t(slots) * dim);
+    int s = 0;
+    if (has_prev)
+      for (int q = (e - 1) * ratio; q < e * ratio; ++q, ++s) {
+        std::copy_n(row(q, false), dim, skv.begin() + size_t(s) * dim);
+        std::copy_n(row(q, true), dim, ssc.begin() + size_t(s) * dim);
+      }
+    for (int q = e * ratio; q < (e + 1) * ratio; ++q, ++s) {
+      std::copy_n(row(q, false) + half, dim, skv.begin() + size_t(s) * dim);
+      std::copy_n(row(q, true) + half, dim, ssc.begin() + size_t(s) * dim);
+    }
+    std::vector<float> out(static_cast<size_t>(dim));
+    ref::softmax_pool(skv.data(), ssc.data(), slots, dim, out.data());
+    ref::rms_norm(out.data(), 1, dim, norm.data(), 1e-6f);
+    rope.apply(out.data(), 1, dim, int64_t(e) * ratio);
+    std::vector<float> pre = out;
+    std::vector<float> step(size_t(dim), 0.0f);
+    if (post == 1) {
+      ref::fp8_block_sim(out.data(), 1, dim, nope, 64);
+      for (int b0 = 0; b0 < nope; b0 += 64) {
+        float amax = 0;
+        for (int i = b0; i < std::min(nope, b0 + 64); ++i) amax = std::max(amax, std::fabs(pre[size_t(i)]));
+        const float sc = ref::fp8_pow2_scale(amax);
+        for (int i = b0; i < std::min(nope, b0 + 64); ++i) step[size_t(i)] = grid_step_fp8(out[size_t(i)], sc);
+      }
+    } else if (post == 2) {
+      ref::hadamard_rotate(out.data(), 1, dim);
+      std::vector<float> rot = out;
+      ref::fp4_block_sim(out.data(), 1, dim, 32);
+      for (int b0 = 0; b0 < dim; b0 += 32) {
+        float amax = 0;
+        for (int i = b0; i < b0 + 32; ++i) amax = std::max(amax, std::fabs(rot[size_t(i)]));
+        for (int i = b0; i < b0 + 32; ++i) step[size_t(i)] = 2.0f * ref::fp4_pow2_scale(amax);
+      }
+    }
+    const float scale = max_abs(pre);
+    for (int f = 0; f < dim; ++f) {
+      got.push_back(gpool[seq.slot_index(e, epp) * dim + f]);
+      want.push_back(out[size_t(f)]);
+      tol.push_back(1e-5f * scale + 1.001f * step[size_t(f)]);
+    }
+  }
+  ASSERT_GT(entries, 0);
+  expect_close(got, want, tol,
+               "compressor ratio " + std::to_string(ratio) + " dim " + std::to_string(dim) + " post " +
+                   std::to_string(post) + " start " + std::to_string(start) + " count " + std::to_string(count));
+  // Ring: the last `rows` tokens of the chunk now hold their rows; older rows untouched.
+  for (int p = std::max(start, total - rows); p < total; ++p)
+    for (int f = 0; f < width; f += 97) {
+      ASSERT_EQ(gstate[(size_t(1 * 2) * rows + p % rows) * width + f], kv[size_t(p - start) * 2 * width + f]);
+      ASSERT_EQ(gstate[(size_t(1 * 2 + 1) * rows + p % rows) * width + f], kv[size_t(p - start) * 2 * width + width + f]);
+    }
+}
+
+TEST(CudaKv, CompressorEmitAndRing) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  // C4 main (overlap, fp8 sim of 448 dims), the indexer's (dim 128, Hadamard + FP4), C128; prefill from 0,
+  // a chunk in the middle (entries spanning ring and chunk rows) and single-token decode steps.
+  for (int post : {0, 1}) {
+    compressor_case(4, 512, true, post, 0, 37, g);
+    compressor_case(4, 512, true, post, 1001, 9, g);
+    compressor_case(4, 512, true, post, 4095, 1, g);
+    compressor_case(128, 512, false, post, 0, 300, g);
+    compressor_case(128, 512, false, post, 1000, 24, g);
+    compressor_case(128, 512, false, post, 4223, 1, g);
+  }
+  for (int post : {0, 2}) {
+    compressor_case(4, 128, true, post, 0, 64, g);
+    compressor_case(4, 128, true, post, 517, 3, g);
+  }
+}
+
+TEST(CudaKv, IndexerScoresAndTopK) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  struct Case { int heads, dim, start, count, k; bool ties; };
+  for (Case c : {Case{64, 128, 8000, 1, 512, false}, Case{64, 128, 0, 200, 512, false}, Case{64, 128, 2040, 16, 512, true},
+                 Case{4, 32, 0, 40, 4, false}, Case{64, 128, 30000, 2, 1024, false}, Case{64, 128, 100, 3, 16, true}}) {
+    const int ratio = 4, epp = 64, total = c.start + c.count, pages = (total + 255) / 256 + 1;
+    OneSeq seq(c.start, c.count, pages, g);
+    auto keys = normal(size_t(pages) * epp * c.dim, g);
+    auto q = normal(size_t(c.count) * c.heads * c.dim, g);
+    auto w = normal(size_t(c.count) * c.heads, g);
+    if (c.ties)  // every entry one of 7 key vectors: many equal scores
+      for (int i = 0; i < pages * epp; ++i) {
+        const int src = int(seq.slot_index(i % 7, epp));
+        if (i % 7 != i) std::copy_n(keys.data() + size_t(src) * c.dim, c.dim, keys.data() + seq.slot_index(i, epp) * c.dim);
+      }
+    const float scale = 1.0f / std::sqrt(float(c.dim));
+    const int max_keys = total / ratio, ld = max_keys;
+    auto dk = dev(keys);
+    auto dq = dev(q);
+    auto dw = dev(w);
+    auto scores = poisoned<float>(size_t(c.count) * ld);
+    MOESERVE_CUDA_CHECK(cuda::indexer_scores(seq.b, dq.data(), dw.data(), c.heads, c.dim, dk.data(), epp, ratio, scale,
+                                             max_keys, scores.data(), ld, nullptr));
+    auto idx = poisoned<int>(size_t(c.count) * c.k);
+    MOESERVE_CUDA_CHECK(cuda::indexer_topk(seq.b, scores.data(), ld, ratio, c.k, idx.data(), nullptr));
+    auto gs = host(scores);
+    auto gi = host(idx);
+    std::vector<float> got, want, tol;
+    for (int t = 0; t < c.count; ++t) {
+      const int valid = (c.start + t + 1) / ratio;
+      std::vector<float> kk(size_t(valid) * c.dim), sc(static_cast<size_t>(valid));
+      for (int i = 0; i < valid; ++i)
+        std::copy_n(keys.data() + seq.slot_index(i, epp) * c.dim, c.dim, kk.begin() + size_t(i) * c.dim);
+      ref::indexer_scores(q.data() + size_t(t) * c.heads * c.dim, w.data() + size_t(t) * c.heads, c.heads, c.dim,
+                          kk.data(), valid, scale, sc.data());
+      for (int i = 0; i < valid; ++i) {
+        double a = 0;
+        for (int h = 0; h < c.heads; ++h) {
+          double d = 0;
+          for (int f = 0; f < c.dim; ++f)
+            d += std::fabs(double(q[(size_t(t) * c.heads + h) * c.dim + f]) * kk[size_t(i) * c.dim + f]);
+          a += d * scale * std::fabs(w[size_t(t) * c.heads + h]);
+        }
+        got.push_back(gs[size_t(t) * ld + i]);
+        want.push_back(sc[size_t(i)]);
+        tol.push_back(float(1e-5 * a));
+      }
+      // Top-k of the GPU's own scores must be exactly the reference top_k of them.
+      std::vector<int32_t> top = ref::top_k(gs.data() + size_t(t) * ld, valid, c.k);
+      for (int j = 0; j < c.k; ++j) {
+        const int expect = j < int(top.size()) ? top[size_t(j)] : -1;
+        ASSERT_EQ(gi[size_t(t) * c.k + j], expect) << "token " << t << " rank " << j << " (valid " << valid << ")";
+      }
+    }
+    expect_close(got, want, tol, "indexer scores heads " + std::to_string(c.heads) + " start " + std::to_string(c.start));
+  }
+}
+
+void attention_case(int H, int hd, int ratio, bool indexed, int start, int count, int k, std::mt19937_64& g) {
+  const int W = 128, cap = W, layers = 3, layer = 1, rd = 64 <= hd / 2 ? 64 : 16;
+  const int total = start + count, epp = ratio ? 256 / ratio : 1, pages = (total + 255) / 256 + 1;
+  OneSeq seq(start, count, pages, g);
+  auto q = normal(size_t(count) * H * hd, g);
+  auto kv = normal(size_t(count) * hd, g);
+  auto window = normal(size_t(2) * layers * cap * hd, g);
+  auto comp = normal(size_t(pages) * std::max(epp, 1) * hd, g);
+  auto sinks = normal(size_t(H), g);
+  ref::RopeTable rope(yarn_spec(), rd);
+  std::vector<int> topk;
+  if (indexed) {  // k distinct valid entries per token (or all when fewer), then -1
+    topk.assign(size_t(count) * k, -1);
+    for (int t = 0; t < count; ++t) {
+      const int valid = (start + t + 1) / ratio;
+      std::vector<int> perm(static_cast<size_t>(valid));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), g);
+      for (int j = 0; j < std::min(k, valid); ++j) topk[size_t(t) * k + j] = perm[size_t(j)];
+    }
+  }
+  auto dq = dev(q);
+  auto dkv = dev(kv);
+  auto dwin = dev(window);
+  auto dcomp = dev(comp);
+  auto dsink = dev(sinks);
+  auto dinv = dev(rope.inv_freq());
+  cuda::DeviceArray<int> dtop = indexed ? dev(topk) : cuda::DeviceArray<int>();
+  cuda::AttentionArgs a;
+  a.q = dq.data();
+  a.kv = dkv.data();
+  a.view.window = dwin.data();
+  a.view.layer = layer;
+  a.view.num_layers = layers;
+  a.view.cap = cap;
+  a.view.hd = hd;
+  a.view.compressed = ratio ? dcomp.data() : nullptr;
+  a.view.epp = epp;
+  a.H = H;
+  a.hd = hd;
+  a.window = W;
+  a.ratio = ratio;
+  a.topk = indexed ? dtop.data() : nullptr;
+  a.k = k;
+  a.max_keys = W + (ratio ? (indexed ? std::min(k, total / ratio) : total / ratio) : 0);
+  a.sinks = dsink.data();
+  a.scale = 1.0f / std::sqrt(float(hd));
+  a.inv_freq = dinv.data();
+  a.rope_dim = rd;
+  for (int splits : {1, cuda::attention_splits(count, H, a.max_keys), 7}) {
+    cuda::DeviceArray<float> part(std::max<size_t>(1, cuda::attention_workspace_floats(count, H, hd, splits)), "p");
+    auto o = poisoned<float>(size_t(count) * H * hd);
+    a.o = o.data();
+    a.partial = part.data();
+    a.splits = splits;
+    MOESERVE_CUDA_CHECK(cuda::sparse_attention(seq.b, a, nullptr));
+    auto go = host(o);
+    std::vector<float> want(go.size());
+    float kmax = 0;
+    for (int t = 0; t < count; ++t) {
+      const int p = start + t;
+      std::vector<const float*> keys;
+      for (int kp = std::max(0, p - W + 1); kp <= p; ++kp)
+        keys.push_back(kp >= start ? kv.data() + size_t(kp - start) * hd
+                                   : window.data() + ((size_t(1) * layers + layer) * cap + kp % cap) * hd);
+      if (ratio) {
+        const int valid = (p + 1) / ratio;
+        if (!indexed)
+          for (int i = 0; i < valid; ++i) keys.push_back(comp.data() + seq.slot_index(i, epp) * hd);
+        else
+          for (int j = 0; j < std::min(k, valid); ++j) keys.push_back(comp.data() + seq.slot_index(topk[size_t(t) * k + j], epp) * hd);
+      }
+      for (const float* kp : keys)
+        for (int d = 0; d < hd; ++d) kmax = std::max(kmax, std::fabs(kp[d]));
+      float* out = want.data() + size_t(t) * H * hd;
+      ref::sink_attention(q.data() + size_t(t) * H * hd, H, hd, keys.data(), int64_t(keys.size()), sinks.data(),
+                          1.0f / std::sqrt(float(hd)), out);
+      rope.apply(out, H, hd, p, /*inverse=*/true);
+    }
+    expect_close_rel(go, want, 0.0f, 2e-5f * kmax,
+                     "attention H " + std::to_string(H) + " ratio " + std::to_string(ratio) + (indexed ? " top-k" : "") +
+                         " start " + std::to_string(start) + " count " + std::to_string(count) + " splits " +
+                         std::to_string(splits));
+  }
+}
+
+TEST(CudaAttention, SparseAttentionWithSinks) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  // V4-Flash shapes (H 64, hd 512): decode at a long position with C4 top-512 and C128; window-only; prefill
+  // chunks crossing the window ring; V4-Pro's 128 heads; a tiny head_dim.
+  attention_case(64, 512, 4, true, 6000, 1, 512, g);
+  attention_case(64, 512, 128, false, 9000, 2, 0, g);
+  attention_case(64, 512, 0, false, 300, 1, 0, g);
+  attention_case(64, 512, 4, true, 100, 48, 512, g);
+  attention_case(64, 512, 128, false, 200, 70, 0, g);
+  attention_case(128, 512, 4, true, 5000, 3, 1024, g);
+  attention_case(4, 64, 4, true, 10, 9, 4, g);
+}
+
+}  // namespace
+}  // namespace moeserve

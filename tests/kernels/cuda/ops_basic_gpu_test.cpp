@@ -1,0 +1,211 @@
+// Elementwise / row-wise CUDA ops (kernels/cuda/ops.h) against their CPU reference ops.
+// Tolerances: bit-exact where the GPU does the same fp32 operations in the same order (gathers, the
+// quantization simulations: power-of-two scales and round-to-nearest-even make them exact); otherwise a few
+// ulps of fp32 (1e-6 relative of the row's scale) where the only difference is FMA contraction or the
+// summation order of a double-accumulated norm.
+#include <cmath>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/gpu_test_util.h"
+#include "kernels/cuda/ops.h"
+
+namespace moeserve {
+namespace {
+
+using namespace gputest;
+namespace ref = kernels::cpu;
+
+io::RopeSpec yarn_spec() {
+  io::RopeSpec s;
+  s.theta = 160000;
+  s.yarn = true;
+  s.factor = 16;
+  s.original_max_position = 65536;
+  s.beta_fast = 32;
+  s.beta_slow = 1;
+  return s;
+}
+
+TEST(CudaOps, EmbeddingGather) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  for (int D : {64, 4096, 7168}) {
+    const int vocab = 1000, T = 7, hc = 4;
+    auto table = uniform(size_t(vocab) * D, g);
+    std::vector<uint16_t> tb(table.size());
+    for (size_t i = 0; i < table.size(); ++i) tb[i] = f32_to_bf16(table[i]);
+    std::vector<int> ids(T);
+    for (auto& i : ids) i = int(g() % vocab);
+    auto dt = dev(tb);
+    auto di = dev(ids);
+    auto out = poisoned<float>(size_t(T) * hc * D);
+    MOESERVE_CUDA_CHECK(cuda::embed_gather(dt.data(), true, D, di.data(), T, hc, out.data(), nullptr));
+    std::vector<float> want(size_t(T) * hc * D);
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < hc; ++j)
+        for (int d = 0; d < D; ++d) want[(size_t(t) * hc + j) * D + d] = bf16_to_f32(tb[size_t(ids[t]) * D + d]);
+    expect_equal(host(out), want, "embedding D=" + std::to_string(D));
+  }
+}
+
+TEST(CudaOps, RmsNormWeightedAndUnweighted) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  for (auto [rows, dim] : std::vector<std::pair<int, int>>{{3, 64}, {5, 4096}, {2, 7168}, {64, 512}, {7, 1024}}) {
+    for (bool weighted : {true, false}) {
+      auto x = normal(size_t(rows) * dim, g, 3.0f);
+      auto w = uniform(size_t(dim), g, 0.5f, 1.5f);
+      auto dx = dev(x);
+      auto dw = dev(w);
+      auto out = poisoned<float>(x.size());
+      MOESERVE_CUDA_CHECK(cuda::rms_norm(dx.data(), rows, dim, dim, weighted ? dw.data() : nullptr, 1e-6f, out.data(),
+                                         dim, nullptr));
+      std::vector<float> want(x.size());
+      ref::rms_norm(x.data(), rows, dim, weighted ? w.data() : nullptr, 1e-6f, want.data());
+      expect_close_rel(host(out), want, 1e-6f, 1e-7f, "rms_norm " + std::to_string(rows) + "x" + std::to_string(dim));
+    }
+  }
+}
+
+// q path: per-head unweighted RMSNorm then RoPE (YaRN table); kv path: RoPE only; output path: inverse RoPE.
+TEST(CudaOps, RopeYarnWithHeadNormAndInverse) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  struct Case { int T, H, hd, rd; bool yarn; };
+  for (Case c : {Case{1, 64, 512, 64, true}, Case{5, 128, 512, 64, true}, Case{9, 4, 64, 16, false},
+                 Case{3, 64, 128, 64, true}}) {
+    io::RopeSpec spec = c.yarn ? yarn_spec() : io::RopeSpec{};
+    ref::RopeTable table(spec, c.rd);
+    auto inv = dev(table.inv_freq());
+    std::vector<int> pos(static_cast<size_t>(c.T));
+    for (auto& p : pos) p = int(g() % 1000000);
+    auto dpos = dev(pos);
+    for (int mode = 0; mode < 3; ++mode) {  // 0: norm + rope, 1: rope, 2: inverse
+      auto x = normal(size_t(c.T) * c.H * c.hd, g, 2.0f);
+      auto dx = dev(x);
+      MOESERVE_CUDA_CHECK(cuda::rope(dx.data(), c.T, c.H, c.hd, c.H * c.hd, c.rd, dpos.data(), inv.data(), 1.0f,
+                                     mode == 2, mode == 0 ? 1e-6f : 0.0f, nullptr));
+      std::vector<float> want = x;
+      for (int t = 0; t < c.T; ++t) {
+        float* row = want.data() + size_t(t) * c.H * c.hd;
+        if (mode == 0) ref::rms_norm(row, c.H, c.hd, nullptr, 1e-6f);
+        table.apply(row, c.H, c.hd, pos[size_t(t)], mode == 2);
+      }
+      expect_close_rel(host(dx), want, 2e-6f, 2e-6f * (mode == 0 ? 3.0f : max_abs(x)),
+                       "rope mode " + std::to_string(mode) + " H=" + std::to_string(c.H) + " hd=" + std::to_string(c.hd));
+    }
+  }
+}
+
+TEST(CudaOps, QuantizationSimulationsAreExact) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  // FP8 per-128 of activations, per-64 of the KV's non-rope dims (448 = 7 blocks; 48 = one partial block).
+  for (auto [rows, width, ld, block] : std::vector<std::tuple<int, int, int, int>>{
+           {4, 4096, 4096, 128}, {3, 448, 512, 64}, {2, 48, 64, 64}, {5, 1000, 1000, 128}}) {
+    auto x = normal(size_t(rows) * ld, g, 5.0f);
+    x[3] = 1e-7f;  // amax floor territory in some blocks
+    auto dx = dev(x);
+    MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(dx.data(), rows, ld, width, block, nullptr));
+    std::vector<float> want = x;
+    ref::fp8_block_sim(want.data(), rows, ld, width, block);
+    expect_equal(host(dx), want, "fp8_block_sim width " + std::to_string(width));
+  }
+  // Hadamard + FP4 of the indexer (128) and other powers of two.
+  for (int dim : {128, 32, 512}) {
+    const int rows = 9;
+    auto x = normal(size_t(rows) * dim, g, 2.0f);
+    for (bool fp4 : {false, true}) {
+      auto dx = dev(x);
+      MOESERVE_CUDA_CHECK(cuda::hadamard_fp4_sim(dx.data(), rows, dim, fp4, nullptr));
+      std::vector<float> want = x;
+      ref::hadamard_rotate(want.data(), rows, dim);
+      if (fp4) ref::fp4_block_sim(want.data(), rows, dim, 32);
+      expect_equal(host(dx), want, "hadamard" + std::string(fp4 ? "+fp4 " : " ") + std::to_string(dim));
+    }
+  }
+  // The FP8 activation quantizer (cuBLASLt layout of the scales).
+  const int M = 6, K = 1024;
+  auto x = normal(size_t(M) * K, g, 10.0f);
+  auto dx = dev(x);
+  auto q = poisoned<uint8_t>(size_t(M) * K);
+  auto s = poisoned<float>(size_t(M) * (K / 128));
+  MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(dx.data(), M, K, K, q.data(), s.data(), nullptr));
+  std::vector<uint8_t> wq(size_t(M) * K);
+  std::vector<float> ws(size_t(M) * (K / 128));
+  ref::fp8_block_quantize(x.data(), M, K, 128, wq.data(), ws.data());
+  auto gq = host(q);
+  auto gs = host(s);
+  for (int m = 0; m < M; ++m)
+    for (int kb = 0; kb < K / 128; ++kb) ASSERT_EQ(gs[size_t(kb) * M + m], ws[size_t(m) * (K / 128) + kb]) << m << "," << kb;
+  EXPECT_EQ(gq, wq) << "e4m3 bytes";
+}
+
+TEST(CudaOps, SwigluApeScaleGather) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  for (int I : {32, 2048, 3072}) {
+    const int rows = 11;
+    auto h = normal(size_t(rows) * 2 * I, g, 6.0f);
+    auto w = uniform(size_t(rows), g, 0.0f, 2.0f);
+    auto dh = dev(h);
+    auto dw = dev(w);
+    auto out = poisoned<float>(size_t(rows) * I);
+    const float limit = 10.0f;
+    MOESERVE_CUDA_CHECK(cuda::swiglu(dh.data(), rows, nullptr, I, limit, dw.data(), out.data(), nullptr));
+    std::vector<float> want(size_t(rows) * I);
+    for (int r = 0; r < rows; ++r)
+      for (int i = 0; i < I; ++i) {
+        const float gg = std::fmin(h[size_t(r) * 2 * I + i], limit);
+        const float u = std::fmax(-limit, std::fmin(h[size_t(r) * 2 * I + I + i], limit));
+        want[size_t(r) * I + i] = gg / (1.0f + std::exp(-gg)) * u * w[size_t(r)];
+      }
+    expect_close_rel(host(out), want, 1e-6f, 1e-7f, "swiglu I=" + std::to_string(I));
+  }
+  const int T = 5, width = 1024, ratio = 4;
+  auto score = normal(size_t(T) * 2 * width, g);
+  auto ape = normal(size_t(ratio) * width, g);
+  std::vector<int> pos = {0, 1, 2, 7, 4097};
+  auto ds = dev(score);
+  auto da = dev(ape);
+  auto dp = dev(pos);
+  MOESERVE_CUDA_CHECK(cuda::add_ape(ds.data() + width, T, width, 2 * width, dp.data(), da.data(), ratio, nullptr));
+  std::vector<float> want = score;
+  for (int t = 0; t < T; ++t)
+    for (int f = 0; f < width; ++f) want[size_t(t) * 2 * width + width + f] += ape[size_t(pos[t] % ratio) * width + f];
+  expect_equal(host(ds), want, "add_ape");
+}
+
+TEST(CudaErrors, OutOfMemoryNamesBytesAskedAndFree) {
+  SKIP_WITHOUT_GPU();
+  try {
+    cuda::DeviceBuffer b(size_t(1) << 50, "a test buffer");
+    FAIL() << "a petabyte allocation succeeded";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("out of GPU memory allocating a test buffer"), std::string::npos) << m;
+    EXPECT_NE(m.find("asked"), std::string::npos) << m;
+    EXPECT_NE(m.find("free of"), std::string::npos) << m;
+  }
+}
+
+TEST(CudaErrors, CudaErrorNamesTheCallSite) {
+  SKIP_WITHOUT_GPU();
+  try {
+    MOESERVE_CUDA_CHECK(cuda::hadamard_fp4_sim(nullptr, 1, 100, false, nullptr));  // 100: not a power of two
+    FAIL() << "an invalid argument was accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cuda::hadamard_fp4_sim"), std::string::npos) << m;
+    EXPECT_NE(m.find("invalid argument"), std::string::npos) << m;
+    EXPECT_NE(m.find("ops_basic_gpu_test.cpp"), std::string::npos) << m;
+  }
+  cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace moeserve

@@ -1,0 +1,333 @@
+// GEMMs on the GPU against a double-precision reference on the same operands.
+// Skinny GEMM (fp32 activations, BF16 or FP8 weights, fp32 accumulation): every element within
+// 64 * 2^-24 * sum_k |x_k w_k| — the worst-case rounding of fp32 sums over the kernel's chain (at most
+// K / (KT * VEC) sequential chunk additions of VEC products, then a log2(KT)-deep tree; < 64 terms deep for
+// every shape here). cuBLASLt BF16: activations rounded to bf16 first (the reference uses the same rounded
+// values); any summation order of K fp32 additions with truncation: 2K * 2^-24 * sum|xw|. cuBLASLt FP8 with
+// 1x128 / 128x128 block scales: Hopper's FP8 tensor cores keep ~14 bits inside each 128-k block before the
+// fp32 promotion (DeepSeek-V3 report 3.3.2), so 2^-10 * sum|xw|.
+#include <cmath>
+
+#include "core/dtype.h"
+#include "core/threads.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cuda/gpu_test_util.h"
+#include "kernels/cuda/ops.h"
+
+namespace moeserve {
+namespace {
+
+using namespace gputest;
+namespace ref = kernels::cpu;
+
+struct Weights {
+  bool fp8 = false;
+  int N = 0, K = 0, count = 1;
+  std::vector<uint16_t> bf16;
+  std::vector<uint8_t> q;
+  std::vector<float> row_scale;  // [count * N][ceil(K/128)]
+  std::vector<float> deq;        // dequantized [count * N][K]
+  int sld() const { return (K + 127) / 128; }
+};
+
+Weights make_weights(bool fp8, int N, int K, int count, std::mt19937_64& g) {
+  Weights w;
+  w.fp8 = fp8;
+  w.N = N;
+  w.K = K;
+  w.count = count;
+  const size_t n = size_t(count) * N * K;
+  auto v = normal(n, g, 1.0f / std::sqrt(float(K)));
+  w.deq.resize(n);
+  if (!fp8) {
+    w.bf16.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      w.bf16[i] = f32_to_bf16(v[i]);
+      w.deq[i] = bf16_to_f32(w.bf16[i]);
+    }
+    return w;
+  }
+  w.q.resize(n);
+  w.row_scale.resize(size_t(count) * N * w.sld());
+  for (int e = 0; e < count; ++e) {
+    std::vector<uint8_t> sc(size_t((N + 127) / 128) * w.sld());
+    ref::fp8_weight_quantize(v.data() + size_t(e) * N * K, N, K, w.q.data() + size_t(e) * N * K, sc.data());
+    ref::fp8_weight_dequantize(w.q.data() + size_t(e) * N * K, DType::F8_E8M0, sc.data(), N, K,
+                               w.deq.data() + size_t(e) * N * K);
+    for (int r = 0; r < N; ++r)
+      for (int kb = 0; kb < w.sld(); ++kb)
+        w.row_scale[(size_t(e) * N + r) * w.sld() + kb] = e8m0_to_f32(sc[size_t(r / 128) * w.sld() + kb]);
+  }
+  return w;
+}
+
+// Reference y[m][n] = sum_k x[m][k] w[n][k] in double, and the tolerance from sum |x w|.
+void reference(const float* x, int ldx, const float* w, int K, int m, int n, double* y, double* abs_sum) {
+  double s = 0, a = 0;
+  for (int k = 0; k < K; ++k) {
+    const double p = double(x[size_t(m) * ldx + k]) * double(w[size_t(n) * K + k]);
+    s += p;
+    a += std::fabs(p);
+  }
+  *y = s;
+  *abs_sum = a;
+}
+
+constexpr float kSkinnyTol = 64.0f / 16777216.0f;
+
+TEST(CudaGemm, SkinnyGemmDenseBf16AndFp8) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  struct Shape { int N, K; const char* name; };
+  // V4-Flash: wq_a, wq_b, wkv, wo_b, shared w13, w2, indexer wq_b, head slice; V4-Pro: wq_a, wo_b; tiny.
+  for (Shape s : {Shape{1024, 4096, "flash wq_a"}, Shape{32768, 1024, "flash wq_b"}, Shape{512, 4096, "flash wkv"},
+                  Shape{4096, 8192, "flash wo_b"}, Shape{4096, 4096, "flash w13"}, Shape{4096, 2048, "flash w2"},
+                  Shape{8192, 1024, "flash indexer wq_b"}, Shape{1536, 7168, "pro wq_a"}, Shape{7168, 16384, "pro wo_b"},
+                  Shape{64, 32, "tiny"}, Shape{100, 96, "odd"}}) {
+    for (bool fp8 : {false, true}) {
+      Weights w = make_weights(fp8, s.N, s.K, 1, g);
+      cuda::DeviceArray<uint16_t> wb;
+      cuda::DeviceArray<uint8_t> wq;
+      cuda::DeviceArray<float> ws;
+      if (fp8) {
+        wq = dev(w.q);
+        ws = dev(w.row_scale);
+      } else {
+        wb = dev(w.bf16);
+      }
+      for (int M : {1, 3, 8, 13}) {
+        if (size_t(M) * s.N * s.K > (size_t(1) << 29)) continue;  // keep the double reference quick
+        auto x = normal(size_t(M) * s.K, g);
+        auto dx = dev(x);
+        auto y = poisoned<float>(size_t(M) * s.N);
+        cuda::GemvArgs a;
+        a.wtype = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
+        a.w = fp8 ? static_cast<const void*>(wq.data()) : static_cast<const void*>(wb.data());
+        a.row_scale = fp8 ? ws.data() : nullptr;
+        a.N = s.N;
+        a.K = s.K;
+        a.scale_ld = w.sld();
+        a.x = dx.data();
+        a.ldx = s.K;
+        a.y = y.data();
+        a.ldy = s.N;
+        a.M = M;
+        MOESERVE_CUDA_CHECK(cuda::gemv(a, nullptr));
+        std::vector<float> want(size_t(M) * s.N), tol(want.size());
+        parallel_for(s.N, 16, [&](int64_t b, int64_t e) {
+          for (int m = 0; m < M; ++m)
+            for (int64_t n = b; n < e; ++n) {
+              double r, as;
+              reference(x.data(), s.K, w.deq.data(), s.K, m, int(n), &r, &as);
+              want[size_t(m) * s.N + n] = float(r);
+              tol[size_t(m) * s.N + n] = float(kSkinnyTol * as + 1e-30);
+            }
+        });
+        expect_close(host(y), want, tol,
+                     std::string("gemv ") + (fp8 ? "fp8 " : "bf16 ") + s.name + " M=" + std::to_string(M));
+      }
+    }
+  }
+}
+
+// The grouped low-rank output projection: G problems with strided inputs and outputs (V4-Flash and V4-Pro).
+TEST(CudaGemm, SkinnyGemmGroupedOutputProjection) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  for (auto [H, G] : std::vector<std::pair<int, int>>{{64, 8}, {128, 16}}) {
+    const int hd = 512, olora = 1024, group_in = H * hd / G, T = 2;
+    Weights w = make_weights(false, G * olora, group_in, 1, g);
+    auto wb = dev(w.bf16);
+    auto o = normal(size_t(T) * H * hd, g);
+    auto dx = dev(o);
+    auto y = poisoned<float>(size_t(T) * G * olora);
+    cuda::GemvArgs a;
+    a.w = wb.data();
+    a.N = olora;
+    a.K = group_in;
+    a.w_stride = (long long)olora * group_in;
+    a.x = dx.data();
+    a.ldx = H * hd;
+    a.x_stride = group_in;
+    a.y = y.data();
+    a.ldy = G * olora;
+    a.y_stride = olora;
+    a.M = T;
+    a.problems = G;
+    MOESERVE_CUDA_CHECK(cuda::gemv(a, nullptr));
+    std::vector<float> want(size_t(T) * G * olora), tol(want.size());
+    for (int t = 0; t < T; ++t)
+      for (int gg = 0; gg < G; ++gg)
+        for (int r = 0; r < olora; ++r) {
+          double s = 0, as = 0;
+          for (int k = 0; k < group_in; ++k) {
+            const double p = double(o[size_t(t) * H * hd + size_t(gg) * group_in + k]) *
+                             double(w.deq[(size_t(gg) * olora + r) * group_in + k]);
+            s += p;
+            as += std::fabs(p);
+          }
+          want[size_t(t) * G * olora + size_t(gg) * olora + r] = float(s);
+          tol[size_t(t) * G * olora + size_t(gg) * olora + r] = float(kSkinnyTol * as);
+        }
+    expect_close(host(y), want, tol, "grouped wo_a H=" + std::to_string(H));
+  }
+}
+
+// Routing -> groups -> grouped skinny GEMM over stacked experts (W13 with gathered token rows) -> combine.
+TEST(CudaGemm, MoeGroupedExpertsAndCombine) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  struct Case { int E, K, T, D, N; bool fp8; };
+  for (Case c : {Case{256, 6, 1, 2048, 128, true}, Case{256, 6, 8, 512, 512, false}, Case{8, 2, 5, 64, 64, false},
+                 Case{384, 6, 3, 1024, 128, true}}) {
+    Weights w = make_weights(c.fp8, c.N, c.D, c.E, g);
+    cuda::DeviceArray<uint16_t> wb;
+    cuda::DeviceArray<uint8_t> wq;
+    cuda::DeviceArray<float> ws;
+    if (c.fp8) {
+      wq = dev(w.q);
+      ws = dev(w.row_scale);
+    } else {
+      wb = dev(w.bf16);
+    }
+    std::vector<int> chosen(size_t(c.T) * c.K);
+    std::vector<float> weight(chosen.size());
+    for (int t = 0; t < c.T; ++t)
+      for (int k = 0; k < c.K; ++k) {
+        int e;
+        bool dup;
+        do {  // distinct experts per token
+          e = int(g() % c.E);
+          dup = false;
+          for (int q = 0; q < k; ++q) dup |= chosen[size_t(t) * c.K + q] == e;
+        } while (dup);
+        chosen[size_t(t) * c.K + k] = e;
+        weight[size_t(t) * c.K + k] = float(g() % 1000) / 1000.0f;
+      }
+    auto x = normal(size_t(c.T) * c.D, g);
+    auto dchosen = dev(chosen);
+    auto dweight = dev(weight);
+    auto dx = dev(x);
+    const int TK = c.T * c.K;
+    cuda::DeviceArray<int> ge(size_t(c.E), "g"), go(size_t(c.E), "g"), gc(size_t(c.E), "g"), ng(1, "g");
+    auto row_of_slot = poisoned<int>(size_t(TK));
+    auto token_of_row = poisoned<int>(size_t(TK));
+    auto weight_of_row = poisoned<float>(size_t(TK));
+    MOESERVE_CUDA_CHECK(cuda::moe_group(dchosen.data(), dweight.data(), c.T, c.K, c.E, nullptr, ge.data(), go.data(),
+                                        gc.data(), ng.data(), row_of_slot.data(), token_of_row.data(),
+                                        weight_of_row.data(), nullptr));
+    auto y = poisoned<float>(size_t(TK) * c.N);
+    cuda::GemvArgs a;
+    a.wtype = c.fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
+    a.w = c.fp8 ? static_cast<const void*>(wq.data()) : static_cast<const void*>(wb.data());
+    a.row_scale = c.fp8 ? ws.data() : nullptr;
+    a.N = c.N;
+    a.K = c.D;
+    a.scale_ld = w.sld();
+    a.w_stride = (long long)c.N * c.D;
+    a.scale_stride = (long long)c.N * w.sld();
+    a.x = dx.data();
+    a.ldx = c.D;
+    a.y = y.data();
+    a.ldy = c.N;
+    a.problems = std::min(c.E, TK);
+    a.group_expert = ge.data();
+    a.group_offset = go.data();
+    a.group_count = gc.data();
+    a.num_groups = ng.data();
+    a.x_rows = token_of_row.data();
+    MOESERVE_CUDA_CHECK(cuda::gemv(a, nullptr));
+    auto rows = host(row_of_slot);
+    auto toks = host(token_of_row);
+    auto wrow = host(weight_of_row);
+    auto gy = host(y);
+    // Every slot has its own row, holding its token and weight, and the expert's product.
+    std::vector<int> seen(size_t(TK), 0);
+    std::vector<float> got, want, tol;
+    for (int i = 0; i < TK; ++i) {
+      const int r = rows[size_t(i)];
+      ASSERT_TRUE(r >= 0 && r < TK) << "slot " << i;
+      ++seen[size_t(r)];
+      ASSERT_EQ(toks[size_t(r)], i / c.K);
+      ASSERT_EQ(wrow[size_t(r)], weight[size_t(i)]);
+      const int e = chosen[size_t(i)];
+      for (int n = 0; n < c.N; ++n) {
+        double ry, as;
+        reference(x.data(), c.D, w.deq.data() + size_t(e) * c.N * c.D, c.D, i / c.K, n, &ry, &as);
+        got.push_back(gy[size_t(r) * c.N + n]);
+        want.push_back(float(ry));
+        tol.push_back(float(kSkinnyTol * as));
+      }
+    }
+    for (int r = 0; r < TK; ++r) ASSERT_EQ(seen[size_t(r)], 1) << "row " << r;
+    expect_close(got, want, tol, "grouped experts E=" + std::to_string(c.E) + " T=" + std::to_string(c.T));
+    // Combine (N == D only): out[t] = base[t] + sum_k y[row(t, k)] in k order.
+    if (c.N == c.D) {
+      auto base = normal(size_t(c.T) * c.D, g);
+      auto out = dev(base);
+      MOESERVE_CUDA_CHECK(cuda::moe_combine(y.data(), c.D, row_of_slot.data(), c.T, c.K, out.data(), nullptr));
+      std::vector<float> wc = base;
+      for (int t = 0; t < c.T; ++t)
+        for (int k = 0; k < c.K; ++k)
+          for (int d = 0; d < c.D; ++d) wc[size_t(t) * c.D + d] += gy[size_t(rows[size_t(t) * c.K + k]) * c.N + d];
+      expect_equal(host(out), wc, "moe_combine");
+    }
+  }
+}
+
+TEST(CudaGemm, CublasLtBf16AndFp8BlockScaled) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  cuda::Blas blas;
+  struct Shape { int M, N, K; };
+  for (Shape s : {Shape{256, 1024, 4096}, Shape{64, 4096, 2048}, Shape{512, 512, 4096}, Shape{128, 7168, 1536}}) {
+    auto x = normal(size_t(s.M) * s.K, g);
+    auto dx = dev(x);
+    for (bool fp8 : {false, true}) {
+      Weights w = make_weights(fp8, s.N, s.K, 1, g);
+      auto y = poisoned<float>(size_t(s.M) * s.N);
+      std::vector<float> xr(x.size());  // the activations the GPU multiplies
+      bool ran;
+      if (!fp8) {
+        auto wb = dev(w.bf16);
+        cuda::DeviceArray<uint16_t> xb(x.size(), "xb");
+        MOESERVE_CUDA_CHECK(cuda::to_bf16(dx.data(), s.M, s.K, s.K, xb.data(), nullptr));
+        ran = blas.gemm_bf16(xb.data(), wb.data(), y.data(), s.M, s.N, s.K, s.N, nullptr);
+        for (size_t i = 0; i < x.size(); ++i) xr[i] = round_to_bf16(x[i]);
+      } else {
+        auto wq = dev(w.q);
+        // cuBLASLt block layout of the weight scales: [N/128][round_up(K/128, 4)].
+        const int sld = w.sld(), bld = (sld + 3) / 4 * 4;
+        std::vector<float> blk(size_t(s.N / 128) * bld, 0.0f);
+        for (int br = 0; br < s.N / 128; ++br)
+          for (int kb = 0; kb < sld; ++kb) blk[size_t(br) * bld + kb] = w.row_scale[size_t(br) * 128 * sld + kb];
+        auto dblk = dev(blk);
+        cuda::DeviceArray<uint8_t> xq(x.size(), "xq");
+        cuda::DeviceArray<float> xs(size_t(s.M) * (s.K / 128), "xs");
+        MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(dx.data(), s.M, s.K, s.K, xq.data(), xs.data(), nullptr));
+        ran = blas.gemm_fp8_block(xq.data(), xs.data(), wq.data(), dblk.data(), y.data(), s.M, s.N, s.K, s.N, nullptr);
+        xr = x;
+        ref::fp8_block_sim(xr.data(), s.M, s.K, s.K, 128);
+      }
+      ASSERT_TRUE(ran) << "cuBLASLt found no algorithm for " << (fp8 ? "block-scaled FP8" : "BF16") << " M=" << s.M
+                       << " N=" << s.N << " K=" << s.K;
+      std::vector<float> want(size_t(s.M) * s.N), tol(want.size());
+      const float rel = fp8 ? 1.0f / 1024.0f : 2.0f * float(s.K) / 16777216.0f;
+      parallel_for(s.N, 16, [&](int64_t b, int64_t e) {
+        for (int m = 0; m < s.M; ++m)
+          for (int64_t n = b; n < e; ++n) {
+            double r, as;
+            reference(xr.data(), s.K, w.deq.data(), s.K, m, int(n), &r, &as);
+            want[size_t(m) * s.N + n] = float(r);
+            tol[size_t(m) * s.N + n] = float(rel * as);
+          }
+      });
+      expect_close(host(y), want, tol,
+                   std::string("cuBLASLt ") + (fp8 ? "fp8 block " : "bf16 ") + std::to_string(s.M) + "x" +
+                       std::to_string(s.N) + "x" + std::to_string(s.K));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moeserve
