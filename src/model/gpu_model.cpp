@@ -540,6 +540,7 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
     a.group_count = gc;
     a.num_groups = ng;
     a.x_rows = token_of_row_;
+    a.max_group_rows = spec.hash_moe ? 0 : T;  // distinct experts per token: an expert has at most T rows
     MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
     MOESERVE_CUDA_CHECK(cuda::swiglu(h13_, TK, nullptr, I, limit, weight_of_row_, act_, st));
     if (sim) MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(act_, TK, I, I, 128, st));

@@ -75,7 +75,7 @@ class GpuModel {
 
  private:
   struct Plan {
-    int T = 0, S = 0, R = 0, page_ld = 1, max_pos = 0;
+    int T = 0, S = 0, R = 0, page_ld = 0, max_pos = 0;  // page_ld > 0: fixed by a decode graph
   };
   struct Graph {
     cudaGraphExec_t exec = nullptr;

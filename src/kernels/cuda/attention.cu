@@ -87,8 +87,22 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, Att
     for (int c = 0; c < NC; ++c) o[h][c] = make_float4(0, 0, 0, 0);
   }
   if (k0 < k1) {
-    for (int i = threadIdx.x; i < HB * hd4; i += blockDim.x)
-      sm4[i] = *reinterpret_cast<const float4*>(a.q + (size_t(t) * a.H + h0) * hd + 4 * i);
+    {  // 8 loads in flight per thread
+      const float4* src = reinterpret_cast<const float4*>(a.q + (size_t(t) * a.H + h0) * hd);
+      for (int b0 = threadIdx.x; b0 < HB * hd4; b0 += blockDim.x * 8) {
+        float4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const int i = b0 + u * blockDim.x;
+          v[u] = i < HB * hd4 ? src[i] : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const int i = b0 + u * blockDim.x;
+          if (i < HB * hd4) sm4[i] = v[u];
+        }
+      }
+    }
     for (int tile = k0; tile < k1; tile += kTile) {
       __syncthreads();
       if (threadIdx.x < kTile) {
@@ -110,11 +124,19 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, Att
         kptr[threadIdx.x] = p;
       }
       __syncthreads();
-      for (int i = threadIdx.x; i < kTile * hd4; i += blockDim.x) {
-        const int j = i / hd4, c = i % hd4;
-        const float* p = kptr[j];
-        *reinterpret_cast<float4*>(ks + j * ldk + 4 * c) =
-            p ? *reinterpret_cast<const float4*>(p + 4 * c) : make_float4(0, 0, 0, 0);
+      for (int b0 = threadIdx.x; b0 < kTile * hd4; b0 += blockDim.x * 8) {  // 8 loads in flight per thread
+        float4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const int i = b0 + u * blockDim.x;
+          const float* p = i < kTile * hd4 ? kptr[i / hd4] : nullptr;
+          v[u] = p ? *reinterpret_cast<const float4*>(p + 4 * (i % hd4)) : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const int i = b0 + u * blockDim.x;
+          if (i < kTile * hd4) *reinterpret_cast<float4*>(ks + (i / hd4) * ldk + 4 * (i % hd4)) = v[u];
+        }
       }
       __syncthreads();
       const bool valid = tile + lane < k1;

@@ -193,8 +193,8 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   while (KT < kThreads && KT < lanes) KT *= 2;
   const int rows_per_block = (kThreads / KT) * kRows;
   // Rows per pass: grouped problems may hold any count (8); dense ones exactly what they need.
-  int mt = 8;
-  if (!a.group_count) mt = a.M <= 1 ? 1 : a.M <= 2 ? 2 : a.M <= 4 ? 4 : 8;
+  const int rows = a.group_count ? (a.max_group_rows > 0 ? a.max_group_rows : 8) : a.M;
+  const int mt = rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8;
   dim3 grid((a.N + rows_per_block - 1) / rows_per_block, a.problems);
   if (fp8) return vector ? launch<true, true>(a, mt, grid, KT, stream) : launch<true, false>(a, mt, grid, KT, stream);
   return vector ? launch<false, true>(a, mt, grid, KT, stream) : launch<false, false>(a, mt, grid, KT, stream);

@@ -61,54 +61,63 @@ __global__ void __launch_bounds__(kMixThreads) hc_mix_kernel(const float* h, int
 
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// One block per token.
+// One block per token. The split sums are spread over the warps (lanes stride over the splits); warp 0 then
+// evaluates pre / post and the Sinkhorn iterations with one matrix element per lane.
 __global__ void hc_finish_kernel(const float* partial, int splits, const float* h, int T, int hc, int dim, int mix,
                                  const float* base, const float* scale, int iters, float hc_eps, float norm_eps,
                                  const float* norm_w, float* collapsed, float* post, float* comb) {
   extern __shared__ float row[];  // [dim]
   __shared__ float mixes[64];
   __shared__ float pre[8];
+  __shared__ float cs[32];
   __shared__ double red[32];
   const int t = blockIdx.x;
   const int width = hc * dim;
-  if (threadIdx.x <= mix) {
-    double s = 0;  // the splits in a fixed order
-    for (int k = 0; k < splits; ++k) s += double(partial[(size_t(k) * T + t) * (mix + 1) + threadIdx.x]);
-    mixes[threadIdx.x] = float(s);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  for (int m = warp; m <= mix; m += warps) {
+    double s = 0;
+    for (int k = lane; k < splits; k += 32) s += double(partial[(size_t(k) * T + t) * (mix + 1) + m]);
+    s = warp_sum(s);
+    if (lane == 0) mixes[m] = float(s);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (warp == 0) {
     const float r = float(1.0 / sqrt(double(mixes[mix]) / double(width) + double(norm_eps)));
-    for (int m = 0; m < mix; ++m) mixes[m] *= r;
-    for (int j = 0; j < hc; ++j) pre[j] = sigmoidf(mixes[j] * scale[0] + base[j]) + hc_eps;
+    if (lane < hc) pre[lane] = sigmoidf(mixes[lane] * r * scale[0] + base[lane]) + hc_eps;
     if (mix > hc) {
-      for (int j = 0; j < hc; ++j) post[size_t(t) * hc + j] = 2.0f * sigmoidf(mixes[hc + j] * scale[1] + base[hc + j]);
-      float c[64];
-      for (int r0 = 0; r0 < hc; ++r0) {
-        float mx = -INFINITY;
-        for (int k = 0; k < hc; ++k) {
-          c[r0 * hc + k] = mixes[2 * hc + r0 * hc + k] * scale[2] + base[2 * hc + r0 * hc + k];
-          mx = fmaxf(mx, c[r0 * hc + k]);
-        }
-        float sum = 0;
-        for (int k = 0; k < hc; ++k) sum += (c[r0 * hc + k] = expf(c[r0 * hc + k] - mx));
-        for (int k = 0; k < hc; ++k) c[r0 * hc + k] = c[r0 * hc + k] / sum + hc_eps;
-      }
+      if (lane < hc) post[size_t(t) * hc + lane] = 2.0f * sigmoidf(mixes[hc + lane] * r * scale[1] + base[hc + lane]);
+      const bool act = lane < hc * hc;
+      const int rr = act ? lane / hc : 0, kk = act ? lane % hc : 0;
+      const float v = act ? mixes[2 * hc + lane] * r * scale[2] + base[2 * hc + lane] : 0.0f;
+      cs[lane] = v;
+      __syncwarp();
+      float mx = -INFINITY;
+      for (int k = 0; k < hc; ++k) mx = fmaxf(mx, cs[rr * hc + k]);
+      __syncwarp();
+      const float e = expf(v - mx);
+      cs[lane] = e;
+      __syncwarp();
+      float sum = 0;
+      for (int k = 0; k < hc; ++k) sum += cs[rr * hc + k];
+      __syncwarp();
+      float c = e / sum + hc_eps;
       for (int it = 0; it < iters; ++it) {
         if (it > 0) {  // rows, then columns (the first pass is columns only)
-          for (int r0 = 0; r0 < hc; ++r0) {
-            float sum = 0;
-            for (int k = 0; k < hc; ++k) sum += c[r0 * hc + k];
-            for (int k = 0; k < hc; ++k) c[r0 * hc + k] /= (sum + hc_eps);
-          }
+          cs[lane] = c;
+          __syncwarp();
+          float rs = 0;
+          for (int k = 0; k < hc; ++k) rs += cs[rr * hc + k];
+          __syncwarp();
+          c /= (rs + hc_eps);
         }
-        for (int k = 0; k < hc; ++k) {
-          float sum = 0;
-          for (int r0 = 0; r0 < hc; ++r0) sum += c[r0 * hc + k];
-          for (int r0 = 0; r0 < hc; ++r0) c[r0 * hc + k] /= (sum + hc_eps);
-        }
+        cs[lane] = c;
+        __syncwarp();
+        float colsum = 0;
+        for (int q = 0; q < hc; ++q) colsum += cs[q * hc + kk];
+        __syncwarp();
+        c /= (colsum + hc_eps);
       }
-      for (int i = 0; i < hc * hc; ++i) comb[size_t(t) * hc * hc + i] = c[i];
+      if (act) comb[size_t(t) * hc * hc + lane] = c;
     }
   }
   __syncthreads();

@@ -132,6 +132,7 @@ struct GemvArgs {
   const int* group_count = nullptr;
   const int* num_groups = nullptr;
   const int* x_rows = nullptr;
+  int max_group_rows = 0;  // grouped: an upper bound on any group's rows (0: unknown); picks rows per pass
 };
 cudaError_t gemv(const GemvArgs& args, cudaStream_t stream);
 

@@ -304,6 +304,28 @@ void attention_case(int H, int hd, int ratio, bool indexed, int start, int count
   a.scale = 1.0f / std::sqrt(float(hd));
   a.inv_freq = dinv.data();
   a.rope_dim = rd;
+std::vector<float> want(size_t(count) * H * hd);
+  float kmax = 0;
+  for (int t = 0; t < count; ++t) {
+    const int p = start + t;
+    std::vector<const float*> keys;
+    for (int kp = std::max(0, p - W + 1); kp <= p; ++kp)
+      keys.push_back(kp >= start ? kv.data() + size_t(kp - start) * hd
+                                 : window.data() + ((size_t(1) * layers + layer) * cap + kp % cap) * hd);
+    if (ratio) {
+      const int valid = (p + 1) / ratio;
+      if (!indexed)
+        for (int i = 0; i < valid; ++i) keys.push_back(comp.data() + seq.slot_index(i, epp) * hd);
+      else
+        for (int j = 0; j < std::min(k, valid); ++j) keys.push_back(comp.data() + seq.slot_index(topk[size_t(t) * k + j], epp) * hd);
+    }
+    for (const float* kp : keys)
+      for (int d = 0; d < hd; ++d) kmax = std::max(kmax, std::fabs(kp[d]));
+    float* out = want.data() + size_t(t) * H * hd;
+    ref::sink_attention(q.data() + size_t(t) * H * hd, H, hd, keys.data(), int64_t(keys.size()), sinks.data(),
+                        1.0f / std::sqrt(float(hd)), out);
+    rope.apply(out, H, hd, p, /*inverse=*/true);
+  }
   for (int splits : {1, cuda::attention_splits(count, H, a.max_keys), 7}) {
     cuda::DeviceArray<float> part(std::max<size_t>(1, cuda::attention_workspace_floats(count, H, hd, splits)), "p");
     auto o = poisoned<float>(size_t(count) * H * hd);
@@ -312,28 +334,6 @@ void attention_case(int H, int hd, int ratio, bool indexed, int start, int count
     a.splits = splits;
     MOESERVE_CUDA_CHECK(cuda::sparse_attention(seq.b, a, nullptr));
     auto go = host(o);
-    std::vector<float> want(go.size());
-    float kmax = 0;
-    for (int t = 0; t < count; ++t) {
-      const int p = start + t;
-      std::vector<const float*> keys;
-      for (int kp = std::max(0, p - W + 1); kp <= p; ++kp)
-        keys.push_back(kp >= start ? kv.data() + size_t(kp - start) * hd
-                                   : window.data() + ((size_t(1) * layers + layer) * cap + kp % cap) * hd);
-      if (ratio) {
-        const int valid = (p + 1) / ratio;
-        if (!indexed)
-          for (int i = 0; i < valid; ++i) keys.push_back(comp.data() + seq.slot_index(i, epp) * hd);
-        else
-          for (int j = 0; j < std::min(k, valid); ++j) keys.push_back(comp.data() + seq.slot_index(topk[size_t(t) * k + j], epp) * hd);
-      }
-      for (const float* kp : keys)
-        for (int d = 0; d < hd; ++d) kmax = std::max(kmax, std::fabs(kp[d]));
-      float* out = want.data() + size_t(t) * H * hd;
-      ref::sink_attention(q.data() + size_t(t) * H * hd, H, hd, keys.data(), int64_t(keys.size()), sinks.data(),
-                          1.0f / std::sqrt(float(hd)), out);
-      rope.apply(out, H, hd, p, /*inverse=*/true);
-    }
     expect_close_rel(go, want, 0.0f, 2e-5f * kmax,
                      "attention H " + std::to_string(H) + " ratio " + std::to_string(ratio) + (indexed ? " top-k" : "") +
                          " start " + std::to_string(start) + " count " + std::to_string(count) + " splits " +
