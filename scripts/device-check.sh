@@ -28,6 +28,10 @@ for b in build-device/bench_gpu_*; do
   rc=$?
   rows+=("$name|rc=$rc|$(tail -1 "$OUT/$name.log")")
 done
+if python3 -c "import torch" 2>/dev/null; then  # PyTorch / HF transformers peers (tools/torch_peers.py)
+  PYTHONUNBUFFERED=1 timeout 300 python3 tools/torch_peers.py >"$OUT/torch_peers.log" 2>&1
+  rows+=("torch_peers|rc=$?|$(tail -1 "$OUT/torch_peers.log" | cut -c1-120)")
+fi
 echo
 echo "== device-check summary ($(date -u +%F) $(head -2 "$OUT/gpu.txt" | tail -1 | cut -d, -f1)) =="
 for r in "${rows[@]}"; do echo "$r" | awk -F'|' '{printf "%-34s %-6s %s\n", $1, $2, $3}'; done

@@ -98,6 +98,7 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
 GpuModel::~GpuModel() {
   for (auto& [b, g] : graphs_)
     if (g.exec) cudaGraphExecDestroy(g.exec);
+  if (staged_) cudaEventDestroy(staged_);
   if (pinned_) cudaFreeHost(pinned_);
 }
 
@@ -245,6 +246,10 @@ void GpuModel::stage(GpuKvCache& cache, const std::vector<ForwardRequest>& reque
   }
   plan->R = int(rows.size());
   ensure_workspace(*plan);
+  // The previous forward's layout copy is stream-ordered behind the forward before it: wait for it before
+  // rewriting the staging buffer (back-to-back forward_async calls without a sync raced here).
+  if (staged_) MOESERVE_CUDA_CHECK(cudaEventSynchronize(staged_));
+  else MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
   if (pinned_ints_ < meta_ints_) {
     if (pinned_) cudaFreeHost(pinned_);
     MOESERVE_CUDA_CHECK(cudaMallocHost(&pinned_, meta_ints_ * sizeof(int)));
@@ -277,6 +282,7 @@ void GpuModel::stage(GpuKvCache& cache, const std::vector<ForwardRequest>& reque
   }
   std::copy(rows.begin(), rows.end(), rw);
   MOESERVE_CUDA_CHECK(cudaMemcpyAsync(meta_, pinned_, meta_ints_ * sizeof(int), cudaMemcpyHostToDevice, stream()));
+  MOESERVE_CUDA_CHECK(cudaEventRecord(staged_, stream()));
 }
 
 void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant) {

@@ -130,6 +130,7 @@ class GpuModel {
   // Pinned staging of the batch layout.
   int* pinned_ = nullptr;
   size_t pinned_ints_ = 0;
+  cudaEvent_t staged_ = nullptr;  // the last layout copy out of pinned_: pinned_ is rewritten only after it ran
   std::map<int, Graph> graphs_;
 };
 
