@@ -67,13 +67,18 @@ void write_file(const fs::path& path, const std::string& text, std::vector<std::
   files.push_back(path.string());
 }
 
-// Runs `gnuplot script`; returns "" on success, else what went wrong.
+// Runs `gnuplot script` in the script's directory (the scripts name their files relative to it, so the
+// directory can be moved or committed); returns "" on success, else what went wrong.
 std::string run_gnuplot(const fs::path& script) {
-  const std::string program = "gnuplot", path = script.string();
+  const std::string program = "gnuplot", path = script.filename().string(), dir = script.parent_path().string();
   char* argv[] = {const_cast<char*>(program.c_str()), const_cast<char*>(path.c_str()), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addchdir_np(&actions, dir.c_str());
   pid_t pid = 0;
-  if (int rc = posix_spawnp(&pid, program.c_str(), nullptr, nullptr, argv, environ); rc != 0)
-    return fmt::format("cannot run gnuplot ({}); install gnuplot-nox to draw the PNGs", std::strerror(rc));
+  const int rc = posix_spawnp(&pid, program.c_str(), &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return fmt::format("cannot run gnuplot ({}); install gnuplot-nox to draw the PNGs", std::strerror(rc));
   int status = 0;
   if (waitpid(pid, &status, 0) < 0) return "waiting for gnuplot failed";
   if (WIFEXITED(status) && WEXITSTATUS(status) == 127) return "gnuplot is not installed (install gnuplot-nox)";
@@ -88,9 +93,10 @@ std::string plot_header(const fs::path& png, const std::string& title) {
       "set output {}\n"
       "set title {} noenhanced\n"
       "set grid\n"
-      "set offsets graph 0.05, graph 0.08, graph 0.08, graph 0.05\n"
+      "set offsets graph 0.05, graph 0.08, graph 0.1, 0\n"
+      "set yrange [0:*]\n"
       "set key top left\n",
-      quoted(png.string()), quoted(title));
+      quoted(png.filename().string()), quoted(title));
 }
 }  // namespace
 
@@ -153,7 +159,7 @@ PlotResult write_sweep_files(const std::vector<SweepPoint>& points, int num_gpus
   write_file(data, dat, result.files);
 
   // Columns of sweep.dat (1-based): 1 max_conc, 6 tok/s/GPU, 7 tok/s/user, 8-10 TTFT, 11-13 TPOT.
-  const std::string d = quoted(data.string());
+  const std::string d = quoted(data.filename().string());
   struct Plot {
     std::string name, body;
   };
@@ -168,7 +174,7 @@ PlotResult write_sweep_files(const std::vector<SweepPoint>& points, int num_gpus
            " using 1:12 with linespoints title 'median', " + d + " using 1:13 with linespoints title 'p99'\n"},
       {"frontier",
        fmt::format("set xlabel 'interactivity (tokens/s/user = 1000 / median TPOT)'\n"
-                   "set ylabel 'throughput (output tokens/s/GPU, {} GPU{})'\nset key bottom left\n"
+                   "set ylabel 'throughput (output tokens/s/GPU, {} GPU{})'\nset xrange [0:*]\nset key bottom left\n"
                    "plot {} using 7:6 with linespoints title 'max concurrency', "
                    "{} using 7:6:(sprintf('%d', $1)) with labels offset 1,0.8 notitle\n",
                    num_gpus, num_gpus == 1 ? "" : "s", d, d)},
