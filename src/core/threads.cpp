@@ -30,27 +30,36 @@ class Pool {
 
   void run(int64_t chunks, const std::function<void(int64_t)>& task) {
     std::unique_lock<std::mutex> busy(run_mutex_);  // one parallel region at a time
+    uint64_t generation;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       task_ = &task;
       chunks_ = chunks;
-      next_.store(0);
+      next_ = 0;
       done_ = 0;
-      ++generation_;
+      generation = ++generation_;
     }
     wake_.notify_all();
-    work();
+    work(generation);
     std::unique_lock<std::mutex> lock(mutex_);
     finished_.wait(lock, [&] { return done_ == chunks_; });
     task_ = nullptr;
   }
 
  private:
-  void work() {
+  // Chunks are claimed under the lock and only for the region the worker woke for: a worker still finishing
+  // one region can never take (and run twice) a chunk of the next, which would push done_ past chunks_.
+  void work(uint64_t generation) {
     for (;;) {
-      int64_t chunk = next_.fetch_add(1);
-      if (chunk >= chunks_) return;
-      (*task_)(chunk);
+      int64_t chunk;
+      const std::function<void(int64_t)>* task;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (generation_ != generation || next_ >= chunks_) return;
+        chunk = next_++;
+        task = task_;
+      }
+      (*task)(chunk);
       std::lock_guard<std::mutex> lock(mutex_);
       if (++done_ == chunks_) finished_.notify_all();
     }
@@ -64,7 +73,7 @@ class Pool {
         if (stop_) return;
         seen = generation_;
       }
-      work();
+      work(seen);
     }
   }
 
@@ -72,8 +81,7 @@ class Pool {
   std::mutex mutex_, run_mutex_;
   std::condition_variable wake_, finished_;
   const std::function<void(int64_t)>* task_ = nullptr;
-  std::atomic<int64_t> next_{0};
-  int64_t chunks_ = 0, done_ = 0;
+  int64_t next_ = 0, chunks_ = 0, done_ = 0;
   uint64_t generation_ = 0;
   bool stop_ = false;
 };

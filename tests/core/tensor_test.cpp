@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "core/threads.h"
 
 namespace moeserve {
@@ -33,6 +36,24 @@ TEST(Threads, ParallelForCoversEveryIndexOnce) {
     for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
   });
   for (int h : hits) ASSERT_EQ(h, 1);
+}
+
+TEST(Threads, BackToBackRegionsNeverRunAChunkTwice) {
+  // Many short regions in a row: a worker still leaving one region must not take a chunk of the next
+  // (that double-ran a chunk and deadlocked the pool before the fix).
+  set_worker_count(4);
+  for (int region = 0; region < 50000; ++region) {
+    // Alternate few and many chunks, and yield inside chunks, so workers straddle region boundaries.
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(region % 2 ? 2 : 64));
+    for (auto& h : hits) h = 0;
+    parallel_for(int64_t(hits.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        hits[size_t(i)]++;
+        std::this_thread::yield();
+      }
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1) << "region " << region;
+  }
 }
 
 }  // namespace
