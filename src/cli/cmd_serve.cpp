@@ -17,7 +17,7 @@ namespace moeserve::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model, host = "127.0.0.1", profile = "cpu", served_model_name, numerics = "reference", device = "cpu";
+  std::string model, host = "127.0.0.1", profile, served_model_name, numerics = "reference", device = "cpu";
   int port = 30000;
   double memory_gib = 4.0;
   int64_t max_running_requests = 0, max_batch_tokens = 0, max_model_len = 0, default_max_tokens = 256;
@@ -33,7 +33,6 @@ void on_signal(int) {
 
 int run_serve(const ServeArgs& a) {
   namespace fs = std::filesystem;
-  check(a.device == "cpu", "--device {}: the CUDA backend does not serve yet; use --device cpu", a.device);
   const std::string dir = a.model.empty() ? model::builtin_model_dir() : a.model;
   auto model = model::Model::load(dir);
   std::shared_ptr<const server::Tokenizer> tokenizer;
@@ -43,8 +42,9 @@ int run_serve(const ServeArgs& a) {
     spdlog::warn("{} has no tokenizer.json: requests must send token ids", dir);
 
   engine::StartupOptions startup;
+  startup.device = a.device;
   startup.profile = a.profile;
-  startup.memory_bytes = int64_t(a.memory_gib * double(1ll << 30));
+  startup.memory_bytes = a.device == "cpu" ? int64_t(a.memory_gib * double(1ll << 30)) : 0;
   startup.max_running_requests = a.max_running_requests;
   startup.max_batch_tokens = a.max_batch_tokens;
   startup.max_model_len = a.max_model_len;
@@ -59,7 +59,7 @@ int run_serve(const ServeArgs& a) {
 
   std::shared_ptr<engine::TextDecoderFactory> decoder;
   if (tokenizer) decoder = std::make_shared<server::TokenizerTextDecoderFactory>(tokenizer);
-  auto eng = std::make_shared<engine::Engine>(model, decoder, plan.options);
+  auto eng = engine::start_engine(model, plan, a.device, decoder);
 
   server::ServerOptions so;
   so.host = a.host;
@@ -74,9 +74,9 @@ int run_serve(const ServeArgs& a) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::signal(SIGPIPE, SIG_IGN);
-  spdlog::info("serving '{}' on http://{}:{} ({} slots, {} KV pages = {} tokens, max context {})", so.model_name,
-               a.host, http.port(), plan.options.limits.max_running_requests, plan.options.kv_pages,
-               plan.options.kv_pages * 256, eng->max_model_len());
+  spdlog::info("serving '{}' on http://{}:{} with the {} backend ({} slots, {} KV pages = {} tokens, max context {})",
+               so.model_name, a.host, http.port(), eng->backend_name(), plan.options.limits.max_running_requests,
+               plan.options.kv_pages, plan.options.kv_pages * 256, eng->max_model_len());
   std::cout << "moeserve: listening on http://" << a.host << ":" << http.port() << std::endl;
   http.serve();
   g_server = nullptr;
@@ -90,7 +90,8 @@ CommandRegistration registration{{"serve", "OpenAI-compatible server (default: t
   app.add_option("--model", a->model, "model directory (default: the built-in demo model)");
   app.add_option("--host", a->host, "address to listen on");
   app.add_option("--port", a->port, "port (0 = any free port, printed at startup)")->check(CLI::Range(0, 65535));
-  app.add_option("--profile", a->profile, "serving profile (profiles/<name>.json)");
+  app.add_option("--profile", a->profile, "serving profile (profiles/<name>.json; default cpu, or h200-reference "
+                                          "with --device cuda)");
   app.add_option("--device", a->device, "cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--cpu-memory-gib", a->memory_gib, "host memory the CPU engine may plan with")->check(CLI::PositiveNumber);
   app.add_option("--max-running-requests", a->max_running_requests, "request slots (default: the profile's)");

@@ -30,19 +30,28 @@ size_t utf8_boundary(const std::string& s, size_t n) {
 
 Engine::Engine(std::shared_ptr<const model::Model> model, std::shared_ptr<const TextDecoderFactory> decoder,
                EngineOptions options)
-    : model_(std::move(model)),
+    : Engine(make_cpu_backend(std::move(model), options.speculative_steps > 0 ? options.speculative_steps + 1 : 0,
+                              options.limits.max_running_requests, options.kv_pages),
+             std::move(decoder), options) {}
+
+Engine::Engine(std::unique_ptr<ForwardBackend> backend, std::shared_ptr<const TextDecoderFactory> decoder,
+               EngineOptions options)
+    : backend_(std::move(backend)),
       decoder_(std::move(decoder)),
       options_(options),
-      cache_(model_->kv_layout(options.speculative_steps > 0 ? options.speculative_steps + 1 : 0),
-             options.limits.max_running_requests, options.kv_pages),
+      cache_(backend_->cache()),
       scheduler_(cache_, options.limits, options.speculative_steps > 0 ? options.speculative_steps + 1 : 0) {
+  check(cache_.slots_total() == options.limits.max_running_requests && cache_.pages_total() == options.kv_pages,
+        "internal: the backend's cache ({} slots, {} pages) differs from the engine options ({} slots, {} pages)",
+        cache_.slots_total(), cache_.pages_total(), options.limits.max_running_requests, options.kv_pages);
   check(options.limits.max_batch_tokens >= 1, "max batch tokens must be >= 1");
   check(options.speculative_steps >= 0 && options.speculative_steps <= 16,
         "--speculative-num-steps must be between 1 and 16, got {}", options.speculative_steps);
-  check(options.speculative_steps == 0 || model_->has_mtp(),
-        "speculative decoding with MTP needs the checkpoint's mtp.0.* weights, which this model does not have");
+  check(options.speculative_steps == 0 || backend_->has_mtp(),
+        "speculative decoding with MTP needs the checkpoint's mtp.0.* weights on a backend that runs them ({} "
+        "backend)", backend_->name());
   const int64_t capacity = options.kv_pages * cache_.layout().page_tokens;
-  max_model_len_ = options.max_model_len > 0 ? options.max_model_len : model_->config().max_position_embeddings;
+  max_model_len_ = options.max_model_len > 0 ? options.max_model_len : backend_->config().max_position_embeddings;
   const int64_t headroom = options.speculative_steps > 0 ? options.speculative_steps + 1 : 0;
   max_model_len_ = std::min(max_model_len_, capacity - headroom);
   check(max_model_len_ > 0, "the KV cache holds no tokens ({} pages)", options.kv_pages);
@@ -60,7 +69,7 @@ Engine::~Engine() {
 }
 
 uint64_t Engine::submit(std::vector<int32_t> prompt, GenerationParams params, EventSink sink) {
-  const io::ModelConfig& c = model_->config();
+  const io::ModelConfig& c = backend_->config();
   check(!prompt.empty(), "the prompt is empty");
   for (size_t i = 0; i < prompt.size(); ++i)
     check(prompt[i] >= 0 && prompt[i] < c.vocab_size, "prompt token {} at index {} is outside the vocabulary [0, {})",
@@ -213,7 +222,7 @@ void Engine::step() {
   }
   model::ForwardResult result;
   try {
-    if (!forward.empty()) result = model_->forward(cache_, forward, options_.numerics);
+    if (!forward.empty()) result = backend_->forward(forward, options_.numerics);
   } catch (const std::exception& e) {
     spdlog::error("forward failed for a batch of {} requests: {}", batch.size(), e.what());
     for (const BatchItem& item : batch) {
@@ -229,7 +238,7 @@ void Engine::step() {
     return;
   }
 
-  const int64_t vocab = model_->config().vocab_size;
+  const int64_t vocab = backend_->config().vocab_size;
   for (size_t i = 0; i < batch.size(); ++i) {
     Request& r = *batch[i].request;
     r.seq.length += batch[i].count;
@@ -237,7 +246,7 @@ void Engine::step() {
     r.pending.reset();
     if (spec) {
       // Keep the target's streams of every prompt position for the first MTP draft step.
-      const int64_t rows = result.row_count[i], width = model_->config().hc_mult * model_->config().hidden_size;
+      const int64_t rows = result.row_count[i], width = backend_->config().hc_mult * backend_->config().hidden_size;
       const float* h = result.hidden.f32() + result.first_row[i] * width;
       r.mtp_hidden.insert(r.mtp_hidden.end(), h, h + rows * width);
     }
@@ -292,7 +301,7 @@ FinishReason Engine::accept_token(Request& r, int32_t token) {
 }
 
 void Engine::speculative_step(const std::vector<Request*>& requests, std::vector<uint64_t>& finished) {
-  const io::ModelConfig& c = model_->config();
+  const io::ModelConfig& c = backend_->config();
   const int64_t k = options_.speculative_steps, vocab = c.vocab_size, width = c.hc_mult * c.hidden_size;
   const size_t n = requests.size();
   std::vector<std::vector<int32_t>> drafts(n);
@@ -307,7 +316,7 @@ void Engine::speculative_step(const std::vector<Request*>& requests, std::vector
       for (int64_t q = r.mtp_pos; q < L; ++q) next[i].push_back(r.token_at(q + 1));
       extend[i] = {&r.seq, r.mtp_pos, std::span<const int32_t>(next[i]), r.mtp_hidden.data()};
     }
-    model::ForwardResult out = model_->mtp_forward(cache_, extend, options_.numerics);
+    model::ForwardResult out = backend_->mtp_forward(extend, options_.numerics);
     std::vector<float> chain(n * size_t(width));
     std::vector<int32_t> chain_token(n);
     auto take = [&](const model::ForwardResult& o) {
@@ -330,7 +339,7 @@ void Engine::speculative_step(const std::vector<Request*>& requests, std::vector
       for (size_t i = 0; i < n; ++i)
         step[i] = {&requests[i]->seq, requests[i]->seq.length + j - 1, std::span<const int32_t>(&chain_token[i], 1),
                    chain.data() + int64_t(i) * width};
-      take(model_->mtp_forward(cache_, step, options_.numerics));
+      take(backend_->mtp_forward(step, options_.numerics));
     }
     // 3. One target forward verifies [pending, d1..dk] of every request.
     std::vector<std::vector<int32_t>> verify(n);
@@ -343,7 +352,7 @@ void Engine::speculative_step(const std::vector<Request*>& requests, std::vector
       forward[i].all_logits = true;
       forward[i].keep_hidden = true;
     }
-    model::ForwardResult target = model_->forward(cache_, forward, options_.numerics);
+    model::ForwardResult target = backend_->forward(forward, options_.numerics);
 
     // 4. Accept, emit, commit.
     for (size_t i = 0; i < n; ++i) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "engine/forward_backend.h"
 #include "engine/metrics.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -28,7 +29,11 @@ struct EngineOptions {
 
 class Engine {
  public:
+  // The reference model on the CPU.
   Engine(std::shared_ptr<const model::Model> model, std::shared_ptr<const TextDecoderFactory> decoder,
+         EngineOptions options);
+  // Any backend (its cache must have options.limits.max_running_requests slots and options.kv_pages pages).
+  Engine(std::unique_ptr<ForwardBackend> backend, std::shared_ptr<const TextDecoderFactory> decoder,
          EngineOptions options);
   ~Engine();
   Engine(const Engine&) = delete;
@@ -43,10 +48,10 @@ class Engine {
 
   EngineStatus status() const;
   const EngineMetrics& metrics() const { return metrics_; }
-  const model::Model& model() const { return *model_; }
+  std::string backend_name() const { return backend_->name(); }
   const EngineOptions& options() const { return options_; }
   int64_t max_model_len() const { return max_model_len_; }
-  int64_t kv_cache_bytes() const { return cache_.bytes(); }
+  int64_t kv_cache_bytes() const { return backend_->kv_bytes(); }
 
  private:
   EngineStatus compute_status() const;  // engine thread only
@@ -59,11 +64,11 @@ class Engine {
   void speculative_step(const std::vector<Request*>& requests, std::vector<uint64_t>& finished);
   void finish(uint64_t id);
 
-  std::shared_ptr<const model::Model> model_;
+  std::unique_ptr<ForwardBackend> backend_;
   std::shared_ptr<const TextDecoderFactory> decoder_;
   EngineOptions options_;
   int64_t max_model_len_ = 0;
-  cache::KvCache cache_;
+  cache::KvCache& cache_;  // the backend's
   Scheduler scheduler_;
   EngineMetrics metrics_;
 

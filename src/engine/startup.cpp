@@ -1,18 +1,26 @@
 #include "engine/startup.h"
 
 #include "planner/device.h"
+#include "planner/presets.h"
 #include "planner/profile.h"
 
 namespace moeserve::engine {
 
 EnginePlan plan_engine(const model::Model& model, const StartupOptions& o) {
-  planner::Profile profile = planner::load_profile(o.profile);
-  check(profile.gpu == "cpu", "--profile {} is for {} GPUs; the engine runs on the CPU here (use --profile cpu)",
-        profile.name, profile.gpu);
+  check(o.device == "cpu" || o.device == "cuda", "--device '{}' (expected cpu or cuda)", o.device);
+  const bool cuda = o.device == "cuda";
+  planner::Profile profile = planner::load_profile(!o.profile.empty() ? o.profile : cuda ? "h200-reference" : "cpu");
+  check((profile.gpu == "cpu") != cuda, "--profile {} is for {}, but the engine runs on --device {}", profile.name,
+        profile.gpu == "cpu" ? "the CPU" : profile.gpu + " GPUs", o.device);
+  check(!cuda || (profile.kv_format == planner::KvFormat::F32 && profile.weights == planner::WeightFormat::BF16),
+        "--profile {}: the CUDA backend keeps BF16 weights and fp32 KV pools today (use --profile h200-reference)",
+        profile.name);
+  planner::DeviceSpec device = cuda ? planner::load_gpu_preset(profile.gpu) : planner::cpu_device(o.memory_bytes);
+  if (cuda && o.memory_bytes > 0) device.memory_bytes = o.memory_bytes;
   planner::PlanOptions plan_options;
   if (o.max_running_requests > 0) plan_options.max_running_requests = o.max_running_requests;
   EnginePlan result;
-  result.plan = planner::plan_capacity(model.config(), planner::cpu_device(o.memory_bytes), profile, plan_options);
+  result.plan = planner::plan_capacity(model.config(), device, profile, plan_options);
   EngineOptions& e = result.options;
   e.limits.max_running_requests = result.plan.slots;
   e.limits.max_batch_tokens = o.max_batch_tokens > 0 ? o.max_batch_tokens : profile.chunked_prefill_size;
@@ -21,6 +29,17 @@ EnginePlan plan_engine(const model::Model& model, const StartupOptions& o) {
   e.numerics = o.numerics;
   e.speculative_steps = o.speculative_steps;
   return result;
+}
+
+std::shared_ptr<Engine> start_engine(std::shared_ptr<const model::Model> model, const EnginePlan& plan,
+                                     const std::string& device, std::shared_ptr<const TextDecoderFactory> decoder) {
+  const EngineOptions& o = plan.options;
+  if (device == "cuda") {
+    check(o.speculative_steps == 0, "--speculative-algorithm runs on --device cpu only for now");
+    return std::make_shared<Engine>(make_cuda_backend(*model, o.numerics, o.limits.max_running_requests, o.kv_pages),
+                                    std::move(decoder), o);
+  }
+  return std::make_shared<Engine>(std::move(model), std::move(decoder), o);
 }
 
 }  // namespace moeserve::engine

@@ -10,8 +10,9 @@
 namespace moeserve::engine {
 
 struct StartupOptions {
-  std::string profile = "cpu";
-  int64_t memory_bytes = 0;  // the device's memory as the planner sees it (CPU: host RAM set aside)
+  std::string device = "cpu";  // cpu | cuda
+  std::string profile;         // default: "cpu" on the CPU, "h200-reference" on CUDA
+  int64_t memory_bytes = 0;    // CPU: host RAM set aside; CUDA: 0 = the GPU's total memory
   int64_t max_running_requests = 0;  // 0: the profile's
   int64_t max_batch_tokens = 0;      // 0: the profile's chunked_prefill_size
   int64_t max_model_len = 0;         // 0: the model's (capped by the KV capacity)
@@ -24,7 +25,11 @@ struct EnginePlan {
   EngineOptions options;
 };
 
-// Plans the CPU reference engine's memory for `model` and derives the engine options from the plan.
+// Plans the engine's memory for `model` on its device and derives the engine options from the plan.
 EnginePlan plan_engine(const model::Model& model, const StartupOptions& options);
+
+// The engine on its device: the CPU reference backend, or the model uploaded to the GPU.
+std::shared_ptr<Engine> start_engine(std::shared_ptr<const model::Model> model, const EnginePlan& plan,
+                                     const std::string& device, std::shared_ptr<const TextDecoderFactory> decoder);
 
 }  // namespace moeserve::engine

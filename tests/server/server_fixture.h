@@ -21,18 +21,19 @@ struct LocalServer {
   std::unique_ptr<server::HttpServer> http;
   std::thread thread;
 
-  explicit LocalServer(int64_t max_running_requests = 16, size_t max_body = 1 << 20, int64_t speculative_steps = 0) {
+  explicit LocalServer(int64_t max_running_requests = 16, size_t max_body = 1 << 20, int64_t speculative_steps = 0,
+                       const std::string& device = "cpu") {
     const std::string dir = source_dir() + "/models/demo";
     model = model::Model::load(dir);
     tokenizer = std::make_shared<server::Tokenizer>(server::Tokenizer::load(dir));
     engine::StartupOptions so;
-    so.memory_bytes = 256ll << 20;
+    so.device = device;
+    so.memory_bytes = device == "cpu" ? 256ll << 20 : 0;  // CUDA: the GPU's memory x the profile's fraction
     so.max_running_requests = max_running_requests;
     so.max_model_len = 512;
     so.speculative_steps = speculative_steps;
     auto plan = engine::plan_engine(*model, so);
-    engine = std::make_shared<engine::Engine>(model, std::make_shared<server::TokenizerTextDecoderFactory>(tokenizer),
-                                              plan.options);
+    engine = engine::start_engine(model, plan, device, std::make_shared<server::TokenizerTextDecoderFactory>(tokenizer));
     server::ServerOptions o;
     o.port = 0;
     o.model_name = "demo";

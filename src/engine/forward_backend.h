@@ -1,0 +1,38 @@
+#pragma once
+// What the engine runs a step on: the model's forward over a batch of sequence chunks, and the KV cache whose
+// slots and pages the scheduler hands out. The CPU backend is the reference path (pools in host memory); the
+// CUDA backend runs the same contract on one Hopper GPU (pools on the device, bookkeeping on the host).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "model/model.h"
+
+namespace moeserve::engine {
+
+class ForwardBackend {
+ public:
+  virtual ~ForwardBackend() = default;
+  virtual std::string name() const = 0;
+  virtual const io::ModelConfig& config() const = 0;
+  virtual bool has_mtp() const = 0;
+  // Slots and pages (and, on the CPU, the pools themselves).
+  virtual cache::KvCache& cache() = 0;
+  virtual int64_t kv_bytes() const = 0;
+  virtual model::ForwardResult forward(const std::vector<model::ForwardRequest>& requests,
+                                       const model::Numerics& numerics) = 0;
+  // Throws when the backend has no MTP path.
+  virtual model::ForwardResult mtp_forward(const std::vector<model::MtpRequest>& requests,
+                                           const model::Numerics& numerics) = 0;
+};
+
+// The reference model with its KV pools in host memory (speculative_tokens: verify headroom, 0 = off).
+std::unique_ptr<ForwardBackend> make_cpu_backend(std::shared_ptr<const model::Model> model, int64_t speculative_tokens,
+                                                 int64_t slots, int64_t pages);
+// The model's weights uploaded to the GPU, KV pools on the device. Throws a clear error in a build without the
+// CUDA backend or on a machine without a supported GPU. No speculative decoding (the MTP layer is CPU-only).
+std::unique_ptr<ForwardBackend> make_cuda_backend(const model::Model& model, const model::Numerics& numerics,
+                                                  int64_t slots, int64_t pages);
+
+}  // namespace moeserve::engine
