@@ -1,5 +1,7 @@
 #pragma once
 // Runs the built moeserve binary with arguments and captures exit status, stdout and stderr.
+#include <sys/wait.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -11,15 +13,19 @@
 namespace moeserve::testing {
 
 struct CommandResult {
-  int status = 0;  // raw std::system status; 0 means exit code 0
+  int status = 0;     // raw std::system status; 0 means exit code 0
+  int exit_code = 0;  // the process's exit code (-1 when it did not exit normally)
   std::string out, err;
 };
 
-inline CommandResult run_moeserve(const std::string& args) {
+// `wrapper` runs before the binary, e.g. "timeout -s INT -k 10 120".
+inline CommandResult run_moeserve(const std::string& args, const std::string& wrapper = "") {
   TempDir dir;
-  std::string cmd = binary() + " " + args + " >" + dir.file("out") + " 2>" + dir.file("err");
+  std::string cmd = (wrapper.empty() ? "" : wrapper + " ") + binary() + " " + args + " >" + dir.file("out") + " 2>" +
+                    dir.file("err");
   CommandResult r;
   r.status = std::system(cmd.c_str());
+  r.exit_code = WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1;
   auto slurp = [](const std::string& path) {
     std::ifstream in(path);
     return std::string(std::istreambuf_iterator<char>(in), {});

@@ -89,28 +89,31 @@ float* KvCache::index_key(const SequenceKv& seq, int64_t layer, int64_t entry) {
   return index_keys_[size_t(l.indexer_layer)].data() + (page * l.entries_per_page + offset) * layout_.index_head_dim;
 }
 
+namespace {
+// Row of `position` in a slot's ring: [slots, 2 (kv, score), rows, width], row index position mod rows.
+float* ring_row(const FloatBuffer& pool, int32_t slot, int which, int64_t rows, int64_t width, int64_t position) {
+  return pool.data() + ((int64_t(slot) * 2 + which) * rows + position % rows) * width;
+}
+}  // namespace
+
 float* KvCache::state_kv(int32_t slot, int64_t layer, int64_t position) {
   const LayerKvLayout& l = layout_.layers[size_t(layer)];
-  return state_[size_t(l.compressed_layer)].data() +
-         ((int64_t(slot) * 2 + 0) * l.state_rows + position % l.state_rows) * l.state_width;
+  return ring_row(state_[size_t(l.compressed_layer)], slot, 0, l.state_rows, l.state_width, position);
 }
 
 float* KvCache::state_score(int32_t slot, int64_t layer, int64_t position) {
   const LayerKvLayout& l = layout_.layers[size_t(layer)];
-  return state_[size_t(l.compressed_layer)].data() +
-         ((int64_t(slot) * 2 + 1) * l.state_rows + position % l.state_rows) * l.state_width;
+  return ring_row(state_[size_t(l.compressed_layer)], slot, 1, l.state_rows, l.state_width, position);
 }
 
 float* KvCache::index_state_kv(int32_t slot, int64_t layer, int64_t position) {
   const LayerKvLayout& l = layout_.layers[size_t(layer)];
-  return index_state_[size_t(l.indexer_layer)].data() +
-         ((int64_t(slot) * 2 + 0) * l.state_rows + position % l.state_rows) * l.index_state_width;
+  return ring_row(index_state_[size_t(l.indexer_layer)], slot, 0, l.state_rows, l.index_state_width, position);
 }
 
 float* KvCache::index_state_score(int32_t slot, int64_t layer, int64_t position) {
   const LayerKvLayout& l = layout_.layers[size_t(layer)];
-  return index_state_[size_t(l.indexer_layer)].data() +
-         ((int64_t(slot) * 2 + 1) * l.state_rows + position % l.state_rows) * l.index_state_width;
+  return ring_row(index_state_[size_t(l.indexer_layer)], slot, 1, l.state_rows, l.index_state_width, position);
 }
 
 }  // namespace moeserve::cache

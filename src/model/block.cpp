@@ -22,6 +22,32 @@ kernels::cpu::HyperConnectionParams hc_params(const io::ModelConfig& c, const Hc
 }
 }  // namespace
 
+void BatchLayout::add(cache::SequenceKv* seq, int64_t start_pos, std::span<const int32_t> chunk, int64_t vocab) {
+  segments.push_back({seq, tokens, int64_t(chunk.size()), start_pos});
+  for (size_t i = 0; i < chunk.size(); ++i) {
+    check(chunk[i] >= 0 && chunk[i] < vocab, "token id {} is outside the vocabulary [0, {})", chunk[i], vocab);
+    ids.push_back(chunk[i]);
+    positions.push_back(start_pos + int64_t(i));
+  }
+  tokens += int64_t(chunk.size());
+}
+
+BlockContext block_context(const io::ModelConfig& config, const kernels::cpu::RopeTable& rope_main,
+                           const kernels::cpu::RopeTable& rope_compress, const Numerics& numerics,
+                           cache::KvCache& cache, const BatchLayout& batch) {
+  BlockContext ctx;
+  ctx.config = &config;
+  ctx.rope_main = &rope_main;
+  ctx.rope_compress = &rope_compress;
+  ctx.numerics = numerics;
+  ctx.cache = &cache;
+  ctx.segments = &batch.segments;
+  ctx.positions = &batch.positions;
+  ctx.token_ids = &batch.ids;
+  ctx.tokens = batch.tokens;
+  return ctx;
+}
+
 void run_block(const BlockContext& ctx, int64_t layer, const io::LayerSpec& spec, const BlockWeights& w, float* h) {
   const io::ModelConfig& c = *ctx.config;
   const int64_t T = ctx.tokens, D = c.hidden_size, hc = c.hc_mult;

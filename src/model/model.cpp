@@ -45,25 +45,18 @@ ForwardResult Model::forward(cache::KvCache& cache, const std::vector<ForwardReq
                              const Numerics& numerics) const {
   const io::ModelConfig& c = config_;
   const int64_t D = c.hidden_size, hc = c.hc_mult;
-  std::vector<Segment> segments;
-  std::vector<int64_t> positions;
-  std::vector<int32_t> ids;
-  int64_t T = 0;
+  BatchLayout batch;
   for (const ForwardRequest& r : requests) {
     check(r.seq && r.seq->open(), "forward: request without an open sequence");
     check(!r.tokens.empty(), "forward: empty chunk");
     check(cache.pages_for(r.seq->length + int64_t(r.tokens.size())) <= int64_t(r.seq->pages.size()),
           "forward: sequence has {} pages, its chunk needs {}", r.seq->pages.size(),
           cache.pages_for(r.seq->length + int64_t(r.tokens.size())));
-    segments.push_back({r.seq, T, int64_t(r.tokens.size()), r.seq->length});
-    for (size_t i = 0; i < r.tokens.size(); ++i) {
-      int32_t id = r.tokens[i];
-      check(id >= 0 && id < c.vocab_size, "token id {} is outside the vocabulary [0, {})", id, c.vocab_size);
-      ids.push_back(id);
-      positions.push_back(r.seq->length + int64_t(i));
-    }
-    T += int64_t(r.tokens.size());
+    batch.add(r.seq, r.seq->length, r.tokens, c.vocab_size);
   }
+  const int64_t T = batch.tokens;
+  const auto& ids = batch.ids;
+  const auto& segments = batch.segments;
 
   // Embedding, copied into every hc stream.
   Tensor h = Tensor::empty(DType::F32, {T, hc, D});
@@ -71,16 +64,7 @@ ForwardResult Model::forward(cache::KvCache& cache, const std::vector<ForwardReq
     for (int64_t j = 0; j < hc; ++j)
       std::copy_n(weights_.embed.f32() + int64_t(ids[size_t(t)]) * D, D, h.f32() + (t * hc + j) * D);
 
-  BlockContext ctx;
-  ctx.config = &c;
-  ctx.rope_main = &rope_main_;
-  ctx.rope_compress = &rope_compress_;
-  ctx.numerics = numerics;
-  ctx.cache = &cache;
-  ctx.segments = &segments;
-  ctx.positions = &positions;
-  ctx.token_ids = &ids;
-  ctx.tokens = T;
+  BlockContext ctx = block_context(c, rope_main_, rope_compress_, numerics, cache, batch);
   for (int64_t l = 0; l < c.num_layers; ++l) run_block(ctx, l, c.layers[size_t(l)], weights_.layers[size_t(l)], h.f32());
 
   // Rows that need logits (and, for MTP drafting, their final hc streams).

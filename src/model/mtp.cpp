@@ -18,21 +18,13 @@ ForwardResult Model::mtp_forward(cache::KvCache& cache, const std::vector<MtpReq
   const int64_t D = c.hidden_size, hc = c.hc_mult;
   const int64_t layer = c.num_layers;  // the MTP layer's cache index
   check(int64_t(cache.layout().layers.size()) > layer, "the KV cache has no MTP layer (speculative decoding off?)");
-  std::vector<Segment> segments;
-  std::vector<int64_t> positions;
-  std::vector<int32_t> ids;
-  int64_t T = 0;
+  BatchLayout batch;
   for (const MtpRequest& r : requests) {
     check(r.seq && r.seq->open() && !r.next_tokens.empty() && r.h, "mtp_forward: incomplete request");
-    segments.push_back({r.seq, T, int64_t(r.next_tokens.size()), r.start_pos});
-    for (size_t i = 0; i < r.next_tokens.size(); ++i) {
-      check(r.next_tokens[i] >= 0 && r.next_tokens[i] < c.vocab_size, "token id {} is outside the vocabulary",
-            r.next_tokens[i]);
-      ids.push_back(r.next_tokens[i]);
-      positions.push_back(r.start_pos + int64_t(i));
-    }
-    T += int64_t(r.next_tokens.size());
+    batch.add(r.seq, r.start_pos, r.next_tokens, c.vocab_size);
   }
+  const int64_t T = batch.tokens;
+  const auto& ids = batch.ids;
   const float eps = float(c.rms_norm_eps);
 
   Tensor e = Tensor::empty(DType::F32, {T, D});
@@ -53,17 +45,8 @@ ForwardResult Model::mtp_forward(cache::KvCache& cache, const std::vector<MtpReq
     for (int64_t j = 0; j < hc; ++j)
       for (int64_t d = 0; d < D; ++d) x.f32()[(t * hc + j) * D + d] += ep.f32()[t * D + d];
 
-  BlockContext ctx;
-  ctx.config = &c;
-  ctx.rope_main = &rope_main_;
-  ctx.rope_compress = &rope_compress_;
-  ctx.numerics = numerics;
-  ctx.cache = &cache;
-  ctx.segments = &segments;
-  ctx.positions = &positions;
-  ctx.token_ids = &ids;
-  ctx.tokens = T;
-  run_block(ctx, layer, mtp_layer_spec(), w.block, x.f32());
+  run_block(block_context(c, rope_main_, rope_compress_, numerics, cache, batch), layer, mtp_layer_spec(), w.block,
+            x.f32());
 
   ForwardResult result;
   row = 0;

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "run_command.h"
 #include "temp_dir.h"
 #include "test_paths.h"
 
@@ -76,19 +77,8 @@ struct BenchResult {
 
 // `moeserve bench ARGS`, killed after 120 s so that a stuck server fails the test instead of hanging it.
 BenchResult run_bench(const std::string& args) {
-  moeserve::testing::TempDir dir;
-  const std::string cmd = "timeout -s INT -k 10 120 " + moeserve::testing::binary() + " bench " + args + " >" +
-                          dir.file("out") + " 2>" + dir.file("err");
-  BenchResult r;
-  const int raw = std::system(cmd.c_str());
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  auto slurp = [](const std::string& path) {
-    std::ifstream in(path);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  r.out = slurp(dir.file("out"));
-  r.err = slurp(dir.file("err"));
-  return r;
+  auto r = moeserve::testing::run_moeserve("bench " + args, "timeout -s INT -k 10 120");
+  return {r.exit_code, r.out, r.err};
 }
 
 TEST(BenchRealServer, DemoModelRunHasNoFailedRequests) {

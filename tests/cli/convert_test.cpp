@@ -10,31 +10,16 @@
 #include "engine/generate.h"
 #include "model/fixture.h"
 #include "model/model.h"
+#include "run_command.h"
 #include "temp_dir.h"
 #include "test_paths.h"
 
 namespace moeserve {
 namespace {
 
-struct Result {
-  int status = 0;
-  std::string out, err;
-};
+using Result = testing::CommandResult;
 
-Result moeserve_cli(const std::string& args) {
-  testing::TempDir dir;
-  const std::string cmd = testing::binary() + " " + args + " >" + dir.file("out") + " 2>" + dir.file("err");
-  Result r;
-  const int raw = std::system(cmd.c_str());
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  auto slurp = [](const std::string& path) {
-    std::ifstream in(path);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  r.out = slurp(dir.file("out"));
-  r.err = slurp(dir.file("err"));
-  return r;
-}
+Result moeserve_cli(const std::string& args) { return testing::run_moeserve(args); }
 
 // tiny_hf's weights and config without the oracle file.
 std::string staged_tiny_hf(const testing::TempDir& dir) {
@@ -50,14 +35,14 @@ TEST(ConvertCli, Fp8InBothNamingsLoadsWithIdenticalLogits) {
   testing::TempDir dir;
   const std::string src = staged_tiny_hf(dir);
   Result a = moeserve_cli("convert --from " + src + " --to " + dir.file("official") + " --weights fp8");
-  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(a.exit_code, 0) << a.err;
   auto summary = nlohmann::json::parse(a.out);
   EXPECT_EQ(summary["weights"], "fp8");
   EXPECT_EQ(summary["files"], nlohmann::json::array({"model.safetensors"}));
   EXPECT_GT(summary["tensors"].get<int64_t>(), 300);
   Result b = moeserve_cli("convert --from " + src + " --to " + dir.file("hf") + " --weights fp8 --names hf "
                           "--shard-size 100KB");
-  ASSERT_EQ(b.status, 0) << b.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
   EXPECT_GT(nlohmann::json::parse(b.out)["files"].size(), 2u);
   EXPECT_TRUE(std::filesystem::exists(dir.file("hf/model.safetensors.index.json")));
   auto ckpt = io::Checkpoint::open_dir(dir.file("hf"));
@@ -75,7 +60,7 @@ TEST(ConvertCli, BadFlagsAndInputs) {
   testing::TempDir dir;
   const std::string src = staged_tiny_hf(dir);
   Result r = moeserve_cli("convert --from " + src + " --to " + dir.file("x") + " --weights int4");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err, "error: --weights 'int4' (expected bf16, fp8 or mxfp4-fp8)\n");
   r = moeserve_cli("convert --from " + src + " --to " + dir.file("x") + " --weights fp8 --names modules");
   EXPECT_EQ(r.err, "error: --names 'modules' (expected official or hf)\n");
@@ -85,10 +70,10 @@ TEST(ConvertCli, BadFlagsAndInputs) {
   EXPECT_EQ(r.err, "error: --from " + dir.file("missing") + ": not a directory\n");
   r = moeserve_cli("convert --from " + testing::model_fixture("tiny_yarn") + " --to " + dir.file("x") +
                    " --weights mxfp4-fp8");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("MXFP4 needs a multiple of 32"), std::string::npos) << r.err;
   r = moeserve_cli("convert --from " + src + " --weights fp8");
-  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--to is required"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir.file("x")));
 }
