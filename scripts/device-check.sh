@@ -1,26 +1,40 @@
 #!/usr/bin/env bash
-# On the GPU machine (device tool): build, run every GPU test and every GPU benchmark, print one short table.
-# Logs go under $OUT (or ./device-out). Usage: bash scripts/device-check.sh [bench-filter-regex]
+# On the GPU machine (device tool): build (or take prebuilt binaries), run every GPU test and every GPU
+# benchmark, print one short table. Logs go under $OUT (or ./device-out).
+# Usage: bash scripts/device-check.sh [--prebuilt DIR] [bench-filter-regex]
+#   --prebuilt DIR: binaries made by scripts/device-prepare.sh on the CPU machine and carried with the call
+#   (the GPU machine's image has CUDA and cmake but not the Debian -dev packages the full build needs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
+PREBUILT=""
+if [ "${1:-}" = "--prebuilt" ]; then PREBUILT=$2; shift 2; fi
 FILTER=${1:-.}
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 start=$(date +%s)
-cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DMOESERVE_CUDA=ON >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
-cmake --build build-device -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -40; exit 1; }
-echo "build: $(( $(date +%s) - start )) s"
+BIN=build-device
+if [ -n "$PREBUILT" ]; then
+  BIN=$PREBUILT
+  export LD_LIBRARY_PATH=$PWD/$PREBUILT:${LD_LIBRARY_PATH:-}
+  # The binaries find fixtures through the source path they were built in.
+  src=$(cat "$BIN/source_dir" 2>/dev/null || true)
+  if [ -n "$src" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
+else
+  cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DMOESERVE_CUDA=ON >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+  cmake --build build-device -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -40; exit 1; }
+  echo "build: $(( $(date +%s) - start )) s"
+fi
 rows=()
-if [ -x build-device/test_gpu ]; then
-  build-device/test_gpu --gtest_brief=1 >"$OUT/test_gpu.log" 2>&1
+if [ -x $BIN/test_gpu ]; then
+  $BIN/test_gpu --gtest_brief=1 >"$OUT/test_gpu.log" 2>&1
   rc=$?
   summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED)" "$OUT/test_gpu.log" | tr '\n' ' ')
   rows+=("test_gpu|rc=$rc|$summary")
   grep -E "FAILED|Failure" "$OUT/test_gpu.log" | head -20
 fi
-for b in build-device/bench_gpu_*; do
+for b in $BIN/bench_gpu_*; do
   [ -x "$b" ] || continue
   name=$(basename "$b")
   [[ "$name" =~ $FILTER ]] || continue
@@ -28,7 +42,7 @@ for b in build-device/bench_gpu_*; do
   rc=$?
   rows+=("$name|rc=$rc|$(tail -1 "$OUT/$name.log")")
 done
-if python3 -c "import torch" 2>/dev/null; then  # PyTorch / HF transformers peers (tools/torch_peers.py)
+if [ "${PEERS:-1}" != 0 ] && python3 -c "import torch" 2>/dev/null; then  # PyTorch / HF transformers peers (PEERS=0 skips)
   PYTHONUNBUFFERED=1 timeout 300 python3 tools/torch_peers.py >"$OUT/torch_peers.log" 2>&1
   rows+=("torch_peers|rc=$?|$(tail -1 "$OUT/torch_peers.log" | cut -c1-120)")
 fi

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# On this (CPU) machine: build the GPU test and benchmark binaries and gather them, with the shared libraries
+# the GPU machine's image lacks (Debian's httplib, spdlog, fmt, pcre2, brotli), into .device-bin/ — carry
+# that folder with the device call and run `bash scripts/device-check.sh --prebuilt .device-bin` there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMOESERVE_CUDA=ON >/dev/null
+targets=(test_gpu)
+for src in bench/cuda/*.cpp bench/cuda/*.cu; do [ -e "$src" ] && targets+=("$(basename "${src%.*}")"); done
+cmake --build "$BUILD" -j"$(nproc)" --target "${targets[@]}"
+rm -rf .device-bin && mkdir -p .device-bin
+for t in "${targets[@]}"; do cp "$BUILD/$t" .device-bin/; done
+for lib in libspdlog.so.1.10 libfmt.so.9 libpcre2-8.so.0 libcpp-httplib.so.0.11 libbrotlidec.so.1 libbrotlienc.so.1 \
+           libbrotlicommon.so.1; do
+  cp -L "/lib/x86_64-linux-gnu/$lib" .device-bin/
+done
+pwd > .device-bin/source_dir  # the binaries read fixtures and models/ under the path they were built in
+du -sh .device-bin
