@@ -290,18 +290,23 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
   cudaStream_t st = stream();
   const bool sim = act_quant && v.act_quant && options_.numerics.act_fp8;
   const int K = v.K;
+  // The activation the GEMM reads: x itself, or (checkpoint numerics) a packed copy through the FP8 simulation.
+  auto input = [&](const float** xin, int* ld) {
+    *xin = x;
+    *ld = ldx;
+    if (!sim) return;
+    float* t = tmp_f32(size_t(M) * K);
+    MOESERVE_CUDA_CHECK(cudaMemcpy2DAsync(t, size_t(K) * 4, x, size_t(ldx) * 4, size_t(K) * 4, M,
+                                          cudaMemcpyDeviceToDevice, st));
+    MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(t, M, K, K, 128, st));
+    *xin = t;
+    *ld = K;
+  };
   if (!options_.exact && M > kSkinnyRows) {
     if (v.type == WeightType::BF16) {
-      const float* xin = x;
-      int ld = ldx;
-      if (sim) {
-        float* t = tmp_f32(size_t(M) * K);
-        MOESERVE_CUDA_CHECK(cudaMemcpy2DAsync(t, size_t(K) * 4, x, size_t(ldx) * 4, size_t(K) * 4, M,
-                                              cudaMemcpyDeviceToDevice, st));
-        MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(t, M, K, K, 128, st));
-        xin = t;
-        ld = K;
-      }
+      const float* xin;
+      int ld;
+      input(&xin, &ld);
       if (tmp_bf16_n_ < size_t(M) * K) {
         tmp_bf16_ = static_cast<uint16_t*>(bufs_[101].get(size_t(M) * K * 2, &generation_));
         tmp_bf16_n_ = size_t(M) * K;
@@ -322,16 +327,9 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
         return;
     }
   }
-  const float* xin = x;
-  int ld = ldx;
-  if (sim) {
-    float* t = tmp_f32(size_t(M) * K);
-    MOESERVE_CUDA_CHECK(cudaMemcpy2DAsync(t, size_t(K) * 4, x, size_t(ldx) * 4, size_t(K) * 4, M,
-                                          cudaMemcpyDeviceToDevice, st));
-    MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(t, M, K, K, 128, st));
-    xin = t;
-    ld = K;
-  }
+  const float* xin;
+  int ld;
+  input(&xin, &ld);
   cuda::GemvArgs a;
   a.wtype = v.type;
   a.w = v.w;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "io/model_config.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/runtime.h"
 
@@ -19,6 +20,18 @@
   if (!::moeserve::cuda::available()) GTEST_SKIP() << "no GPU: " << ::moeserve::cuda::device_info().reason
 
 namespace moeserve::gputest {
+
+// DeepSeek-V4's compressed-layer rope: theta 160000 with YaRN factor 16 over 65536 positions (beta 32 / 1).
+inline io::RopeSpec yarn_spec() {
+  io::RopeSpec s;
+  s.theta = 160000;
+  s.yarn = true;
+  s.factor = 16;
+  s.original_max_position = 65536;
+  s.beta_fast = 32;
+  s.beta_slow = 1;
+  return s;
+}
 
 inline std::mt19937_64 seeded() {
   uint64_t seed;

@@ -25,15 +25,6 @@ namespace {
 using namespace gputest;
 namespace ref = kernels::cpu;
 
-io::RopeSpec yarn_spec() {
-  io::RopeSpec s;
-  s.theta = 160000;
-  s.yarn = true;
-  s.factor = 16;
-  s.original_max_position = 65536;
-  return s;
-}
-
 // One sequence (slot 1 of 2) with a chunk of `count` tokens starting at `start`; pages shuffled.
 struct OneSeq {
   int start = 0, count = 0, pages = 0;

@@ -19,17 +19,6 @@ namespace {
 using namespace gputest;
 namespace ref = kernels::cpu;
 
-io::RopeSpec yarn_spec() {
-  io::RopeSpec s;
-  s.theta = 160000;
-  s.yarn = true;
-  s.factor = 16;
-  s.original_max_position = 65536;
-  s.beta_fast = 32;
-  s.beta_slow = 1;
-  return s;
-}
-
 TEST(CudaOps, EmbeddingGather) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
