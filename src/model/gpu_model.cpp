@@ -285,6 +285,20 @@ void GpuModel::stage(GpuKvCache& cache, const std::vector<ForwardRequest>& reque
   MOESERVE_CUDA_CHECK(cudaEventRecord(staged_, stream()));
 }
 
+namespace {
+// The weight side of a gemv: problems of [N, K] weights laid out back to back (grouped launches index them).
+void set_weights(cuda::GemvArgs& a, const GemmView& v, int N, int K) {
+  a.wtype = v.type;
+  a.w = v.w;
+  a.row_scale = v.row_scale;
+  a.N = N;
+  a.K = K;
+  a.scale_ld = v.scale_ld;
+  a.w_stride = (long long)N * K;
+  a.scale_stride = (long long)N * v.scale_ld;
+}
+}  // namespace
+
 void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant) {
   if (M == 0 || v.N == 0) return;
   cudaStream_t st = stream();
@@ -331,12 +345,7 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
   int ld;
   input(&xin, &ld);
   cuda::GemvArgs a;
-  a.wtype = v.type;
-  a.w = v.w;
-  a.row_scale = v.row_scale;
-  a.N = v.N;
-  a.K = K;
-  a.scale_ld = v.scale_ld;
+  set_weights(a, v, v.N, K);
   a.x = xin;
   a.ldx = ld;
   a.y = y;
@@ -463,14 +472,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   if (options_.exact || T <= kSkinnyRows) {
     const GemmView w = L.wo_a.view();
     cuda::GemvArgs a;
-    a.wtype = w.type;
-    a.w = w.w;
-    a.row_scale = w.row_scale;
-    a.N = olora;
-    a.K = group_in;
-    a.scale_ld = w.scale_ld;
-    a.w_stride = (long long)olora * group_in;
-    a.scale_stride = (long long)olora * w.scale_ld;
+    set_weights(a, w, olora, group_in);  // group g: rows [g*olora, (g+1)*olora) of wo_a
     a.x = o_;
     a.ldx = H * hd;
     a.x_stride = group_in;
@@ -526,14 +528,7 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
     }
     const GemmView w13 = L.experts_w13.view(), w2 = L.experts_w2.view();
     cuda::GemvArgs a;
-    a.wtype = w13.type;
-    a.w = w13.w;
-    a.row_scale = w13.row_scale;
-    a.N = 2 * I;
-    a.K = D;
-    a.scale_ld = w13.scale_ld;
-    a.w_stride = (long long)2 * I * D;
-    a.scale_stride = (long long)2 * I * w13.scale_ld;
+    set_weights(a, w13, 2 * I, D);
     a.x = xin;
     a.ldx = D;
     a.y = h13_;
@@ -548,15 +543,8 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
     MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
     MOESERVE_CUDA_CHECK(cuda::swiglu(h13_, TK, nullptr, I, limit, weight_of_row_, act_, st));
     if (sim) MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(act_, TK, I, I, 128, st));
-    cuda::GemvArgs a2 = a;
-    a2.wtype = w2.type;
-    a2.w = w2.w;
-    a2.row_scale = w2.row_scale;
-    a2.N = D;
-    a2.K = I;
-    a2.scale_ld = w2.scale_ld;
-    a2.w_stride = (long long)D * I;
-    a2.scale_stride = (long long)D * w2.scale_ld;
+    cuda::GemvArgs a2 = a;  // the same groups
+    set_weights(a2, w2, D, I);
     a2.x = act_;
     a2.ldx = I;
     a2.y = ye_;

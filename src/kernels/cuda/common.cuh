@@ -54,6 +54,23 @@ __device__ __forceinline__ float block_max(float v, float* red) {
 }
 
 // 2^ceil(log2(x)) from the exponent bits (x positive normal), as kernels/cpu/quant.h pow2_ceil.
+// Orthonormal Walsh-Hadamard transform of v[0, dim) in shared memory, in place (dim a power of two), as
+// kernels::cpu::hadamard_rotate. Every thread of the block calls it; it ends with a barrier.
+__device__ __forceinline__ void hadamard_shared(float* v, int dim) {
+  for (int len = 1; len < dim; len <<= 1) {
+    for (int p = threadIdx.x; p < dim / 2; p += blockDim.x) {
+      const int i = (p / len) * 2 * len + p % len, j = i + len;
+      const float a = v[i], b = v[j];
+      v[i] = a + b;
+      v[j] = a - b;
+    }
+    __syncthreads();
+  }
+  const float norm = 1.0f / sqrtf(float(dim));
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) v[i] *= norm;
+  __syncthreads();
+}
+
 __device__ __forceinline__ float pow2_ceil(float x) {
   uint32_t bits = __float_as_uint(x);
   int e = int((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffffu) != 0 ? 1 : 0);

@@ -86,18 +86,7 @@ __global__ void hadamard_fp4_kernel(float* x, int dim, bool fp4) {
   float* v = x + size_t(blockIdx.x) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) sv[i] = v[i];
   __syncthreads();
-  for (int len = 1; len < dim; len <<= 1) {
-    for (int p = threadIdx.x; p < dim / 2; p += blockDim.x) {
-      const int i = (p / len) * 2 * len + p % len, j = i + len;
-      const float a = sv[i], b = sv[j];
-      sv[i] = a + b;
-      sv[j] = a - b;
-    }
-    __syncthreads();
-  }
-  const float norm = 1.0f / sqrtf(float(dim));
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) sv[i] *= norm;
-  __syncthreads();
+  dev::hadamard_shared(sv, dim);
   if (fp4) {  // one warp per 32-block
     const int lane = threadIdx.x & 31;
     for (int b = threadIdx.x / 32; b < dim / 32; b += blockDim.x / 32) {

@@ -89,18 +89,7 @@ __global__ void compressor_emit_kernel(BatchDesc b, CompressorArgs a) {
     }
     __syncthreads();
   } else if (a.post == 2) {  // Hadamard rotation, then FP4 per 32
-    for (int len = 1; len < d; len <<= 1) {
-      for (int p = threadIdx.x; p < d / 2; p += blockDim.x) {
-        const int i = (p / len) * 2 * len + p % len, j = i + len;
-        const float x0 = out[i], x1 = out[j];
-        out[i] = x0 + x1;
-        out[j] = x0 - x1;
-      }
-      __syncthreads();
-    }
-    const float norm = 1.0f / sqrtf(float(d));
-    for (int f = threadIdx.x; f < d; f += blockDim.x) out[f] *= norm;
-    __syncthreads();
+    dev::hadamard_shared(out, d);
     for (int blk = warp; blk < d / 32; blk += warps) {
       const float v = out[blk * 32 + lane];
       const float amax = warp_max(fabsf(v));
