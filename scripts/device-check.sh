@@ -45,6 +45,9 @@ done
 if [ "${PEERS:-1}" != 0 ] && python3 -c "import torch" 2>/dev/null; then  # PyTorch / HF transformers peers (PEERS=0 skips)
   PYTHONUNBUFFERED=1 timeout 300 python3 tools/torch_peers.py >"$OUT/torch_peers.log" 2>&1
   rows+=("torch_peers|rc=$?|$(tail -1 "$OUT/torch_peers.log" | cut -c1-120)")
+  # grouped MoE GEMM peers for bench_gpu_moe_w4a8 (also writes $OUT/torch_moe_peers.json)
+  OUT="$OUT" PYTHONUNBUFFERED=1 timeout 300 python3 tools/torch_moe_peers.py >"$OUT/torch_moe_peers.log" 2>&1
+  rows+=("torch_moe_peers|rc=$?|$(tail -1 "$OUT/torch_moe_peers.log" | cut -c1-120)")
 fi
 echo
 echo "== device-check summary ($(date -u +%F) $(head -2 "$OUT/gpu.txt" | tail -1 | cut -d, -f1)) =="
