@@ -83,14 +83,6 @@ __global__ void fill_bytes_kernel(uint8_t* p, size_t n, uint64_t seed, uint8_t a
     for (int b = 0; b < 8 && i + b < n; ++b) p[i + b] = uint8_t(v >> (8 * b)) & and_mask;
   }
 }
-__global__ void fill_scales_kernel(uint8_t* packed, size_t chunks, uint64_t seed) {
-  for (size_t c = blockIdx.x * size_t(blockDim.x) + threadIdx.x; c < chunks; c += size_t(gridDim.x) * blockDim.x) {
-    uint8_t* s = packed + c * pack::kChunkBytes + pack::kChunkWeightBytes;
-    uint64_t v = mix(seed ^ c);
-    const uint8_t base = uint8_t(118 + v % 5);
-    for (int i = 0; i < pack::kChunkScaleBytes; ++i) s[i] = uint8_t(base + ((v >> (i % 60)) & 3));
-  }
-}
 __global__ void fill_float_kernel(float* p, size_t n, float v) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
 }
@@ -382,8 +374,7 @@ int main(int argc, char** argv) {
     const size_t wbytes = pack::moe_w4a8_packed_expert_bytes(N, K) * E;
     uint8_t* w = dalloc<uint8_t>(wbytes);
     uint64_t* flags = dalloc<uint64_t>(pack::moe_w4a8_flag_expert_words(N, K) * E);
-    fill_bytes(w, wbytes, 1);
-    fill_scales_kernel<<<1024, 256>>>(w, wbytes / pack::kChunkBytes, 2);
+    CK(cuda::moe_w4a8_fill_random(w, E, N, K, 122, 4, 1, nullptr));  // exponents 118..122 below each row's R
     CK(cudaMemset(flags, 0, pack::moe_w4a8_flag_expert_words(N, K) * E * 8));
     // Peer weights: FP8 [E][N][K] (|v| < 2, no NaN) with 128x128 block scales [E][ceil(N/128)][round_up(K/128, 4)].
     const size_t w8bytes = size_t(E) * N * K;

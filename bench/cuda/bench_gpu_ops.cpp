@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -361,7 +362,8 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
 }
 
 // ---------------------------------------------------------------------------------- per-layer decode step
-double layer_roofline_bytes(const io::ModelConfig& c, int B, int ctx, bool c4, double* kv_bytes) {
+// Routed experts FP8 (1 byte per weight) or MXFP4 (1/2 + 1/32: e2m1 plus one E8M0 per 32).
+double layer_roofline_bytes(const io::ModelConfig& c, int B, int ctx, bool c4, bool mxfp4, double* kv_bytes) {
   const double D = double(c.hidden_size), H = double(c.num_heads), hd = double(c.head_dim), ql = double(c.q_lora_rank);
   const double G = double(c.o_groups), ol = double(c.o_lora_rank), E = double(c.n_routed_experts), I = double(c.moe_intermediate_size);
   double w = ql * D + H * hd * ql + hd * D + G * ol * D;  // fp8: wq_a, wq_b, wkv, wo_b
@@ -369,7 +371,7 @@ double layer_roofline_bytes(const io::ModelConfig& c, int B, int ctx, bool c4, d
   w += 3 * I * D;                                          // shared expert fp8
   w += E * D * 2;                                          // router bf16
   const double active = E * (1.0 - std::pow(1.0 - 6.0 / E, B));
-  w += active * 3 * I * D;                                 // routed experts fp8
+  w += active * 3 * I * D * (mxfp4 ? 0.53125 : 1.0);       // routed experts
   double kv = B * 128 * hd * 4;                            // window (fp32 pool)
   if (c4) {
     w += 2 * (2 * hd) * D * 2 + 2 * (2 * 128) * D * 2;     // compressor + indexer compressor (bf16)
@@ -387,12 +389,16 @@ void bench_layer_decode(cuda::Blas& blas) {
   if (!want("layer")) return;
   io::ModelConfig c = io::load_model_config(std::string(MOESERVE_SOURCE_DIR) + "/presets/models/deepseek-v4-flash/config.json");
   const int ctx = 4096;
-  std::vector<std::pair<int, double>> results;
-  for (int B : {1, 8, 32}) {
+  std::vector<std::pair<std::string, double>> results;
+  // Routed experts FP8 (skinny GEMM) or MXFP4 (the W4A8 grouped GEMM), at batch 1, 8, 32.
+  for (int run = 0; run < 6; ++run) {
+    const cuda::WeightType et = run < 3 ? cuda::WeightType::FP8 : cuda::WeightType::MXFP4;
+    const int B = std::array<int, 3>{1, 8, 32}[size_t(run % 3)];
+    const bool mxfp4 = et == cuda::WeightType::MXFP4;
     double step[2] = {0, 0};
     for (int li = 0; li < 2; ++li) {
       const int layers = li == 0 ? 2 : 4;  // layers 2 (C4) and 3 (C128) are the difference
-      auto m = model::GpuModel::dummy(c, layers, cuda::WeightType::FP8, cuda::WeightType::FP8, 3, {false, {}});
+      auto m = model::GpuModel::dummy(c, layers, cuda::WeightType::FP8, et, 3, {false, {}});
       model::GpuKvCache cache(m->kv_layout(), B, int64_t(B) * (ctx / 256 + 2));
       std::vector<cache::SequenceKv> seqs(static_cast<size_t>(B));
       std::vector<int32_t> toks(static_cast<size_t>(B), 5);
@@ -422,15 +428,16 @@ void bench_layer_decode(cuda::Blas& blas) {
     }
     const double per_layer = (step[1] - step[0]) / 2.0;
     double kv4, kv128;
-    const double bytes = (layer_roofline_bytes(c, B, ctx, true, &kv4) + layer_roofline_bytes(c, B, ctx, false, &kv128)) / 2.0;
-    report("V4-Flash decode step / layer", "B=" + std::to_string(B) + " ctx " + std::to_string(ctx) + " (C4+C128 avg)", per_layer,
+    const double bytes = (layer_roofline_bytes(c, B, ctx, true, mxfp4, &kv4) + layer_roofline_bytes(c, B, ctx, false, mxfp4, &kv128)) / 2.0;
+    report(std::string("V4-Flash decode step / layer, ") + (mxfp4 ? "mxfp4 (W4A8)" : "fp8") + " experts",
+           "B=" + std::to_string(B) + " ctx " + std::to_string(ctx) + " (C4+C128 avg)", per_layer,
            bytes, 0, kFp8, false);
     std::printf("|   (graph replay: 2 layers + embed/head %.1f us, 4 layers %.1f us; KV bytes/layer %.2f MB) |\n", step[0],
                 step[1], (kv4 + kv128) / 2e6);
-    results.push_back({B, 100.0 * (bytes / kBw * 1e6) / per_layer});
+    results.push_back({(mxfp4 ? "mxfp4 b" : "fp8 b") + std::to_string(B), 100.0 * (bytes / kBw * 1e6) / per_layer});
   }
   layer_summary = "V4-Flash layer decode vs memory roofline:";
-  for (auto& [b, p] : results) layer_summary += " b" + std::to_string(b) + " " + std::to_string(int(p + 0.5)) + "%";
+  for (auto& [b, p] : results) layer_summary += " " + b + " " + std::to_string(int(p + 0.5)) + "%";
   std::printf("%s\n", layer_summary.c_str());
 }
 

@@ -21,7 +21,8 @@ GenerateResult generate_cuda(const model::Model& model, const std::vector<int32_
 Tensor all_logits_cuda(const model::Model& model, const std::vector<int32_t>& ids, int64_t chunk,
                        const model::Numerics& numerics, const CudaRunOptions& run = {});
 // Random weights of `config`'s shapes created on the GPU (--load-format dummy), first num_layers layers (<= 0:
-// all); FP8 linears when the config has an FP8 quantization_config (experts FP8 too), else BF16.
+// all); FP8 linears when the config has an FP8 quantization_config (experts FP8 too, or MXFP4 when the config
+// says expert_dtype fp4 and run.exact is off), else BF16.
 GenerateResult generate_cuda_dummy(const io::ModelConfig& config, int64_t num_layers, const std::vector<int32_t>& prompt,
                                    const GenerateOptions& options, const CudaRunOptions& run = {});
 

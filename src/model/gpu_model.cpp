@@ -103,7 +103,9 @@ GpuModel::~GpuModel() {
 }
 
 std::unique_ptr<GpuModel> GpuModel::from_model(const Model& model, GpuOptions options) {
-  return std::make_unique<GpuModel>(model.config(), GpuWeights::upload(model.config(), model.weights()), options);
+  const bool mxfp4_experts = !options.exact && options.numerics.act_fp8;
+  return std::make_unique<GpuModel>(model.config(), GpuWeights::upload(model.config(), model.weights(), mxfp4_experts),
+                                    options);
 }
 
 std::unique_ptr<GpuModel> GpuModel::dummy(io::ModelConfig config, int64_t num_layers, WeightType linear_type,
@@ -186,6 +188,17 @@ void GpuModel::ensure_workspace(const Plan& p) {
   sel_ = f(31, R * hc * D);
   xr_ = f(32, R * D);
   logits_ = f(33, R * size_t(c.vocab_size));
+  bool mxfp4 = false;
+  for (const GpuLayer& L : weights_.layers) mxfp4 |= L.experts_mxfp4.defined();
+  if (mxfp4) {  // the W4A8 chain: FP8 rows + scales (W13's input, then reused for W2's), counts, routing
+    const size_t sa_ld = (TK + 3) / 4 * 4, width = std::max(D, I);
+    auto b = [&](int id, size_t n) { return bufs_[id].get(std::max<size_t>(n, 16), &generation_); };
+    w4_a_ = static_cast<uint8_t*>(b(40, TK * width));
+    w4_sa_ = static_cast<float*>(b(41, (width / 128 + 1) * sa_ld * 4));
+    w4_counts_ = static_cast<int*>(b(42, E * 4));
+    w4_slot_of_row_ = static_cast<int*>(b(43, TK * 4));
+    w4_work_ = b(44, cuda::moe_route_rows_workspace(int(T), int(K), int(E)));
+  }
   meta_ints_ = 3 * T + 4 * size_t(p.S) + size_t(p.S) * size_t(p.page_ld) + R;
   meta_ = i(34, meta_ints_);
 }
@@ -510,6 +523,10 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
   linear(L.shared_w13.view(), x, T, D, sh13_, 2 * I, true);
   MOESERVE_CUDA_CHECK(cuda::swiglu(sh13_, T, nullptr, I, limit, nullptr, sact_, st));
   linear(L.shared_w2.view(), sact_, T, I, out, D, true);
+  if (L.experts_mxfp4.defined()) {
+    moe_mxfp4(L.experts_mxfp4, T, K, limit, x, out);
+    return;
+  }
   // Routed experts, grouped by expert.
   int* ge = groups_;
   int* go = groups_ + E;
@@ -570,6 +587,27 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
       linear(L.experts_w2.view(e), act_ + size_t(off) * I, cnt, I, ye_ + size_t(off) * D, D, true);
     }
   }
+  MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
+}
+
+// Routed experts kept MXFP4: the W4A8 chain of kernels/cuda/moe_w4a8.h in the contiguous layout (its launch
+// shape does not depend on the routing, so decode graphs capture it). FP8 activations with per-128
+// power-of-two scales from the fp32 activations, fp32 GEMM outputs, no bf16 rounding: the checkpoint numerics
+// of the reference engine, up to summation order and the tensor cores' accumulation inside each 128-k group.
+void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, const float* x, float* out) {
+  cudaStream_t st = stream();
+  const int TK = T * K, E = ex.E, D = ex.D, I = ex.I;
+  const int sa_ld = (TK + 3) / 4 * 4;
+  const int expected_rows = (TK + E - 1) / E;
+  MOESERVE_CUDA_CHECK(cuda::moe_route_rows(chosen_, T, K, E, 0, w4_counts_, row_of_slot_, w4_slot_of_row_, w4_work_,
+                                           cuda::moe_route_rows_workspace(T, K, E), st));
+  MOESERVE_CUDA_CHECK(cuda::moe_gather_quant_f32(x, D, w4_slot_of_row_, TK, K, w4_a_, w4_sa_, sa_ld, st));
+  MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(ex.w13_view(), {w4_a_, w4_sa_, TK, sa_ld}, w4_counts_, h13_,
+                                                             cuda::MoeOutType::F32, expected_rows, -1, st));
+  MOESERVE_CUDA_CHECK(
+      cuda::moe_swiglu_quant_f32(h13_, I, w4_slot_of_row_, TK, route_w_, limit, w4_a_, w4_sa_, sa_ld, st));
+  MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(ex.w2_view(), {w4_a_, w4_sa_, TK, sa_ld}, w4_counts_, ye_,
+                                                             cuda::MoeOutType::F32, expected_rows, -1, st));
   MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
 }
 

@@ -6,8 +6,9 @@
 //
 // Numerics: `exact` (the default) feeds fp32 activations into every GEMM (the skinny GEMM at any row count),
 // so logits match the CPU reference to fp32 rounding; otherwise linears with more than 8 rows go through
-// cuBLASLt (BF16 activations for BF16 weights; the official FP8 activation quantizer for FP8 weights) and
-// routed experts with many rows per expert run per expert through cuBLASLt.
+// cuBLASLt (BF16 activations for BF16 weights; the official FP8 activation quantizer for FP8 weights),
+// routed experts with many rows per expert run per expert through cuBLASLt, and MXFP4 routed experts (under
+// the checkpoint numerics' FP8 activations) stay MXFP4 and run through the W4A8 grouped GEMM.
 #if MOESERVE_WITH_CUDA
 #include <cstdint>
 #include <map>
@@ -89,6 +90,7 @@ class GpuModel {
   void block(GpuKvCache& cache, const Plan& p, int layer);
   void attention(GpuKvCache& cache, const Plan& p, int layer, const float* x, float* out);
   void moe(const Plan& p, int layer, const float* x, float* out);
+  void moe_mxfp4(const GpuMxfp4Experts& experts, int T, int K, float limit, const float* x, float* out);
   void linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant);
   float* tmp_f32(size_t n);
   cuda::BatchDesc batch_desc(const Plan& p) const;
@@ -117,6 +119,10 @@ class GpuModel {
   float *ye_ = nullptr, *sh13_ = nullptr, *sact_ = nullptr, *xe_ = nullptr;
   int *chosen_ = nullptr, *groups_ = nullptr, *row_of_slot_ = nullptr, *token_of_row_ = nullptr;
   float *sel_ = nullptr, *xr_ = nullptr, *logits_ = nullptr;
+  uint8_t* w4_a_ = nullptr;  // the W4A8 chain (moe_mxfp4)
+  float* w4_sa_ = nullptr;
+  int *w4_counts_ = nullptr, *w4_slot_of_row_ = nullptr;
+  void* w4_work_ = nullptr;
   int* meta_ = nullptr;
   size_t meta_ints_ = 0;
   int64_t rows_ = 0;

@@ -6,6 +6,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cpu/moe_w4a8_pack.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cuda/device.h"
 
@@ -125,6 +126,7 @@ GpuLinear GpuLinear::upload(const std::vector<const LinearWeight*>& parts, int c
 
 GpuLinear GpuLinear::random(WeightType type, int out, int in, int count, float scale, uint64_t seed,
                             cudaStream_t stream, const std::string& name) {
+  check(type != WeightType::MXFP4, "internal: {}: MXFP4 is for routed experts (GpuMxfp4Experts)", name);
   GpuLinear g;
   g.type = type;
   g.out = out;
@@ -149,6 +151,99 @@ GpuLinear GpuLinear::random(WeightType type, int out, int in, int count, float s
   return g;
 }
 
+cuda::MoeW4A8Weights GpuMxfp4Experts::w13_view() const {
+  cuda::MoeW4A8Weights v;
+  v.packed = static_cast<const uint8_t*>(w13.data());
+  v.wide_flags = static_cast<const uint64_t*>(w13_flags.data());
+  v.E = E, v.N = 2 * I, v.K = D;
+  return v;
+}
+
+cuda::MoeW4A8Weights GpuMxfp4Experts::w2_view() const {
+  cuda::MoeW4A8Weights v;
+  v.packed = static_cast<const uint8_t*>(w2.data());
+  v.wide_flags = static_cast<const uint64_t*>(w2_flags.data());
+  v.E = E, v.N = D, v.K = I;
+  return v;
+}
+
+bool GpuMxfp4Experts::shape_ok(int D, int I) { return D % 256 == 0 && I % 256 == 0; }  // N: 2I and D, K: D and I
+
+namespace {
+
+namespace pk = kernels::cpu;
+
+// Packs one [N, K] matrix made of the row blocks `parts` (each MXFP4 [rows, K]) into `packed` / `flags`.
+void pack_parts(const std::vector<const LinearWeight*>& parts, int K, uint8_t* packed, uint64_t* flags) {
+  int N = 0;
+  for (const LinearWeight* p : parts) N += int(p->out);
+  std::vector<uint8_t> weight(size_t(N) * (K / 2)), scale(size_t(N) * (K / 32));
+  size_t row = 0;
+  for (const LinearWeight* p : parts) {
+    std::memcpy(weight.data() + row * (K / 2), p->weight.raw(), size_t(p->out) * (K / 2));
+    std::memcpy(scale.data() + row * (K / 32), p->scale.raw(), size_t(p->out) * (K / 32));
+    row += size_t(p->out);
+  }
+  pk::moe_w4a8_pack_expert(weight.data(), scale.data(), N, K, packed, flags);
+}
+
+}  // namespace
+
+GpuMxfp4Experts GpuMxfp4Experts::upload(const std::vector<ExpertWeights>& experts, const std::string& name) {
+  check(!experts.empty(), "internal: {} has no experts", name);
+  GpuMxfp4Experts g;
+  g.E = int(experts.size());
+  g.D = int(experts[0].w1.in);
+  g.I = int(experts[0].w1.out);
+  check(shape_ok(g.D, g.I), "internal: {}: D {} / I {} do not fit the W4A8 GEMM", name, g.D, g.I);
+  const size_t b13 = pk::moe_w4a8_packed_expert_bytes(2 * g.I, g.D), b2 = pk::moe_w4a8_packed_expert_bytes(g.D, g.I);
+  const size_t f13 = pk::moe_w4a8_flag_expert_words(2 * g.I, g.D), f2 = pk::moe_w4a8_flag_expert_words(g.D, g.I);
+  g.w13 = cuda::DeviceBuffer(b13 * g.E, name + " w1+w3 (mxfp4)");
+  g.w13_flags = cuda::DeviceBuffer(f13 * 8 * g.E, name + " w1+w3 flags");
+  g.w2 = cuda::DeviceBuffer(b2 * g.E, name + " w2 (mxfp4)");
+  g.w2_flags = cuda::DeviceBuffer(f2 * 8 * g.E, name + " w2 flags");
+  std::vector<uint8_t> packed(std::max(b13, b2));
+  std::vector<uint64_t> flags(std::max(f13, f2));
+  for (int e = 0; e < g.E; ++e) {
+    const ExpertWeights& x = experts[size_t(e)];
+    for (const LinearWeight* w : {&x.w1, &x.w3, &x.w2})
+      check(w->format == WeightFormat::Mxfp4, "internal: {} is not MXFP4", w->name);
+    check(x.w1.in == g.D && x.w3.in == g.D && x.w1.out == g.I && x.w3.out == g.I && x.w2.out == g.D && x.w2.in == g.I,
+          "internal: {} expert {} has another shape", name, e);
+    pack_parts({&x.w1, &x.w3}, g.D, packed.data(), flags.data());
+    cuda::copy_to_device(static_cast<uint8_t*>(g.w13.data()) + size_t(e) * b13, packed.data(), b13, nullptr, name.c_str());
+    cuda::copy_to_device(static_cast<uint64_t*>(g.w13_flags.data()) + size_t(e) * f13, flags.data(), f13 * 8, nullptr,
+                         name.c_str());
+    pack_parts({&x.w2}, g.I, packed.data(), flags.data());
+    cuda::copy_to_device(static_cast<uint8_t*>(g.w2.data()) + size_t(e) * b2, packed.data(), b2, nullptr, name.c_str());
+    cuda::copy_to_device(static_cast<uint64_t*>(g.w2_flags.data()) + size_t(e) * f2, flags.data(), f2 * 8, nullptr,
+                         name.c_str());
+  }
+  return g;
+}
+
+GpuMxfp4Experts GpuMxfp4Experts::random(int E, int D, int I, uint64_t seed, cudaStream_t stream,
+                                        const std::string& name) {
+  check(shape_ok(D, I), "--load-format dummy: MXFP4 experts need hidden_size % 256 == 0 and "
+                        "moe_intermediate_size % 256 == 0 (the W4A8 GEMM's tiles); got {} and {}", D, I);
+  GpuMxfp4Experts g;
+  g.E = E, g.D = D, g.I = I;
+  const size_t b13 = pk::moe_w4a8_packed_expert_bytes(2 * I, D), b2 = pk::moe_w4a8_packed_expert_bytes(D, I);
+  g.w13 = cuda::DeviceBuffer(b13 * E, name + " w1+w3 (mxfp4)");
+  g.w13_flags = cuda::DeviceBuffer(pk::moe_w4a8_flag_expert_words(2 * I, D) * 8 * E, name + " w1+w3 flags");
+  g.w2 = cuda::DeviceBuffer(b2 * E, name + " w2 (mxfp4)");
+  g.w2_flags = cuda::DeviceBuffer(pk::moe_w4a8_flag_expert_words(D, I) * 8 * E, name + " w2 flags");
+  // Uniform e2m1 codes have an RMS of about 2.9; scales 2^[R - 2, R] put a row's RMS near 1/sqrt(K).
+  auto ref_exp = [](int K) { return 127 + int(std::lround(std::log2(1.0 / (2.9 * std::sqrt(double(K)))))) + 1; };
+  MOESERVE_CUDA_CHECK(cuda::moe_w4a8_fill_random(static_cast<uint8_t*>(g.w13.data()), E, 2 * I, D, ref_exp(D), 2,
+                                                 seed, stream));
+  MOESERVE_CUDA_CHECK(cuda::moe_w4a8_fill_random(static_cast<uint8_t*>(g.w2.data()), E, D, I, ref_exp(I), 2, seed + 1,
+                                                 stream));
+  MOESERVE_CUDA_CHECK(cudaMemsetAsync(g.w13_flags.data(), 0, g.w13_flags.bytes(), stream));
+  MOESERVE_CUDA_CHECK(cudaMemsetAsync(g.w2_flags.data(), 0, g.w2_flags.bytes(), stream));
+  return g;
+}
+
 namespace {
 
 GpuCompressor upload_compressor(const CompressorWeights& c, const std::string& name) {
@@ -166,7 +261,7 @@ size_t linear_bytes(const GpuLinear& l) { return l.bytes(); }
 
 }  // namespace
 
-GpuWeights GpuWeights::upload(const io::ModelConfig& c, const ModelWeights& w) {
+GpuWeights GpuWeights::upload(const io::ModelConfig& c, const ModelWeights& w, bool mxfp4_experts) {
   cuda::require_device();
   GpuWeights g;
   // The embedding: bf16 when every value is one (the checkpoints'), else fp32.
@@ -233,8 +328,15 @@ GpuWeights GpuWeights::upload(const io::ModelConfig& c, const ModelWeights& w) {
       w2.push_back(&x.w2);
     }
     const int E = int(m.experts.size());
-    L.experts_w13 = GpuLinear::upload(w13, E, p + ".ffn.experts.w1+w3");
-    L.experts_w2 = GpuLinear::upload(w2, E, p + ".ffn.experts.w2");
+    bool packed = mxfp4_experts && GpuMxfp4Experts::shape_ok(int(c.hidden_size), int(c.moe_intermediate_size));
+    for (const LinearWeight* x : w13) packed &= x->format == WeightFormat::Mxfp4;
+    if (packed) {
+      L.experts_mxfp4 = GpuMxfp4Experts::upload(m.experts, p + ".ffn.experts");
+      g.bytes += L.experts_mxfp4.bytes();
+    } else {
+      L.experts_w13 = GpuLinear::upload(w13, E, p + ".ffn.experts.w1+w3");
+      L.experts_w2 = GpuLinear::upload(w2, E, p + ".ffn.experts.w2");
+    }
     L.shared_w13 = GpuLinear::upload({&m.shared.w1, &m.shared.w3}, 1, p + ".ffn.shared_experts.w1+w3");
     L.shared_w2 = GpuLinear::upload({&m.shared.w2}, 1, p + ".ffn.shared_experts.w2");
     for (const GpuLinear* x : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.index_wq_b, &L.index_weights_proj,
@@ -315,8 +417,13 @@ GpuWeights GpuWeights::random(const io::ModelConfig& c, WeightType lt, WeightTyp
     } else {
       L.gate_bias = random_f32(size_t(E), 0.01f, next(), stream, p + ".gate.bias");
     }
-    L.experts_w13 = lin(2 * I, D, E, et, p + ".experts.w1+w3");
-    L.experts_w2 = lin(D, I, E, et, p + ".experts.w2");
+    if (et == WeightType::MXFP4) {
+      L.experts_mxfp4 = GpuMxfp4Experts::random(E, D, I, next(), stream, p + ".experts");
+      g.bytes += L.experts_mxfp4.bytes();
+    } else {
+      L.experts_w13 = lin(2 * I, D, E, et, p + ".experts.w1+w3");
+      L.experts_w2 = lin(D, I, E, et, p + ".experts.w2");
+    }
     L.shared_w13 = lin(2 * I, D, 1, lt, p + ".shared.w1+w3");
     L.shared_w2 = lin(D, I, 1, lt, p + ".shared.w2");
     for (const GpuLinear* x : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.index_wq_b, &L.index_weights_proj,

@@ -1,8 +1,10 @@
 #pragma once
 // DeepSeek-V4 weights on the GPU (CUDA backend). BF16 linears stay BF16; FP8 linears stay FP8 e4m3 with their
 // 128x128 block scales, kept twice in fp32: one scale per (row, 128 inputs) for the exact skinny GEMM
-// (kernels/cuda/ops.h gemv), and the block grid in cuBLASLt's BLK128x128 layout for prefill. MXFP4 experts
-// (until the W4A8 kernel is wired in) are expanded to BF16, exactly. Small parameters are fp32.
+// (kernels/cuda/ops.h gemv), and the block grid in cuBLASLt's BLK128x128 layout for prefill. MXFP4 routed
+// experts stay MXFP4 (GpuMxfp4Experts, the W4A8 grouped GEMM's packed layout) when the model runs the fast
+// numerics with FP8 activations; otherwise (the exact parity numerics) they are expanded to BF16, exactly.
+// Small parameters are fp32.
 // Built either from loaded ModelWeights or, for performance work, as random weights of a config's shapes
 // created directly on the GPU (no files).
 #if MOESERVE_WITH_CUDA
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "io/model_config.h"
+#include "kernels/cuda/moe_w4a8.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
 #include "model/weights.h"
@@ -54,6 +57,25 @@ struct GpuLinear {
                           cudaStream_t stream, const std::string& name);
 };
 
+// Routed experts kept MXFP4 in HBM, repacked once for the W4A8 grouped GEMM (kernels/cpu/moe_w4a8_pack.h):
+// W13 = [w1 rows; w3 rows] (N = 2I, K = D) and W2 (N = D, K = I) per expert. The same bytes as the
+// checkpoint, no dequantized copy.
+struct GpuMxfp4Experts {
+  int E = 0, D = 0, I = 0;
+  cuda::DeviceBuffer w13, w13_flags, w2, w2_flags;
+
+  bool defined() const { return E > 0; }
+  size_t bytes() const { return w13.bytes() + w13_flags.bytes() + w2.bytes() + w2_flags.bytes(); }
+  cuda::MoeW4A8Weights w13_view() const;
+  cuda::MoeW4A8Weights w2_view() const;
+  // The W4A8 GEMM's shape rules for both matrices (N % 128, K % 256).
+  static bool shape_ok(int D, int I);
+  // From the loaded MXFP4 experts (every expert's w1/w3/w2 must be WeightFormat::Mxfp4).
+  static GpuMxfp4Experts upload(const std::vector<ExpertWeights>& experts, const std::string& name);
+  // Random codes with scales around 1/sqrt(K) (performance work).
+  static GpuMxfp4Experts random(int E, int D, int I, uint64_t seed, cudaStream_t stream, const std::string& name);
+};
+
 struct GpuCompressor {
   int ratio = 0, dim = 0;
   bool overlap = false;
@@ -72,7 +94,8 @@ struct GpuLayer {
   GpuLinear gate;  // router [E, D]
   cuda::DeviceArray<float> gate_bias;
   cuda::DeviceArray<int> tid2eid;
-  GpuLinear experts_w13, experts_w2;  // E stacked [2I, D], [D, I]
+  GpuLinear experts_w13, experts_w2;  // E stacked [2I, D], [D, I]; empty when experts_mxfp4 holds them
+  GpuMxfp4Experts experts_mxfp4;
   GpuLinear shared_w13, shared_w2;
 };
 
@@ -84,8 +107,10 @@ struct GpuWeights {
   std::vector<GpuLayer> layers;
   size_t bytes = 0;  // device bytes of all weights
 
-  static GpuWeights upload(const io::ModelConfig& config, const ModelWeights& weights);
-  // Random weights of the config's shapes (BF16 or FP8 linears; routed experts `expert_type`).
+  // mxfp4_experts: keep MXFP4 routed experts packed for the W4A8 GEMM (when every expert is MXFP4 and the
+  // shapes fit GpuMxfp4Experts::shape_ok), instead of expanding them to BF16.
+  static GpuWeights upload(const io::ModelConfig& config, const ModelWeights& weights, bool mxfp4_experts = false);
+  // Random weights of the config's shapes (BF16 or FP8 linears; routed experts `expert_type`, MXFP4 allowed).
   static GpuWeights random(const io::ModelConfig& config, cuda::WeightType linear_type, cuda::WeightType expert_type,
                            uint64_t seed, cudaStream_t stream);
 };

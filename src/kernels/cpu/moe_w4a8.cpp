@@ -104,31 +104,37 @@ void moe_route_rows(const int* topk_ids, int T, int topk, int E, int cap, int* c
   }
 }
 
-void moe_gather_quant(const uint16_t* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a, float* sa,
-                      int sa_ld) {
+namespace {
+
+float to_f32(uint16_t bf16) { return bf16_to_f32(bf16); }
+float to_f32(float v) { return v; }
+
+template <class In>
+void gather_quant(const In* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a, float* sa, int sa_ld) {
   parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
     std::vector<float> xf(D);
     for (int64_t r = r0; r < r1; ++r) {
       int s = slot_of_row[r];
       if (s < 0) continue;
-      const uint16_t* xr = x + size_t(s / topk) * D;
-      for (int d = 0; d < D; ++d) xf[d] = bf16_to_f32(xr[d]);
+      const In* xr = x + size_t(s / topk) * D;
+      for (int d = 0; d < D; ++d) xf[d] = to_f32(xr[d]);
       act_quant_fp8(xf.data(), D, a + r * D, sa + r, sa_ld);
     }
   });
 }
 
-void moe_swiglu_quant(const uint16_t* h, int I, const int* slot_of_row, int rows, const float* weights,
-                      float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld) {
+template <class In>
+void swiglu_quant(const In* h, int I, const int* slot_of_row, int rows, const float* weights, float limit,
+                  bool round_bf16, uint8_t* a2, float* sa2, int sa_ld) {
   parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
     std::vector<float> xf(I);
     for (int64_t r = r0; r < r1; ++r) {
       int s = slot_of_row[r];
       if (s < 0) continue;
-      const uint16_t* hr = h + size_t(r) * 2 * I;
+      const In* hr = h + size_t(r) * 2 * I;
       for (int i = 0; i < I; ++i) {
-        float g = std::min(bf16_to_f32(hr[i]), limit);
-        float u = std::min(std::max(bf16_to_f32(hr[I + i]), -limit), limit);
+        float g = std::min(to_f32(hr[i]), limit);
+        float u = std::min(std::max(to_f32(hr[I + i]), -limit), limit);
         float x = g / (1.0f + std::exp(-g)) * u;
         x = weights[s] * x;
         xf[i] = round_bf16 ? round_to_bf16(x) : x;
@@ -136,6 +142,26 @@ void moe_swiglu_quant(const uint16_t* h, int I, const int* slot_of_row, int rows
       act_quant_fp8(xf.data(), I, a2 + r * I, sa2 + r, sa_ld);
     }
   });
+}
+
+}  // namespace
+
+void moe_gather_quant(const uint16_t* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a, float* sa,
+                      int sa_ld) {
+  gather_quant(x, D, slot_of_row, rows, topk, a, sa, sa_ld);
+}
+void moe_gather_quant_f32(const float* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a, float* sa,
+                          int sa_ld) {
+  gather_quant(x, D, slot_of_row, rows, topk, a, sa, sa_ld);
+}
+
+void moe_swiglu_quant(const uint16_t* h, int I, const int* slot_of_row, int rows, const float* weights,
+                      float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld) {
+  swiglu_quant(h, I, slot_of_row, rows, weights, limit, round_bf16, a2, sa2, sa_ld);
+}
+void moe_swiglu_quant_f32(const float* h, int I, const int* slot_of_row, int rows, const float* weights,
+                          float limit, uint8_t* a2, float* sa2, int sa_ld) {
+  swiglu_quant(h, I, slot_of_row, rows, weights, limit, false, a2, sa2, sa_ld);
 }
 
 void moe_combine(const uint16_t* y2, int D, const int* row_of_slot, const int* topk_ids, int T, int topk,

@@ -41,6 +41,9 @@ void moe_route_rows(const int* topk_ids, int T, int topk, int E, int cap, int* c
 // where x is bf16 [T][D]. sa: [D/128][sa_ld]. Rows with slot -1 are left untouched.
 void moe_gather_quant(const uint16_t* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a, float* sa,
                       int sa_ld);
+// The same from fp32 x [T][D] (the engine's activations).
+void moe_gather_quant_f32(const float* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a, float* sa,
+                          int sa_ld);
 
 // W2's input from W13's output h: bf16 [rows][2I] (gate = columns [0, I), up = [I, 2I)), per row:
 //   x = weight[slot] * silu(min(gate, limit)) * clamp(up, -limit, limit)      (fp32, silu = g / (1 + exp(-g)))
@@ -48,6 +51,9 @@ void moe_gather_quant(const uint16_t* x, int D, const int* slot_of_row, int rows
 // weights: [T * topk] routing weights by slot. Rows with slot -1 are left untouched.
 void moe_swiglu_quant(const uint16_t* h, int I, const int* slot_of_row, int rows, const float* weights,
                       float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld);
+// The same from fp32 h [rows][2I] (W13 with fp32 output), no bf16 rounding (the fp32 engine's numerics).
+void moe_swiglu_quant_f32(const float* h, int I, const int* slot_of_row, int rows, const float* weights, float limit,
+                          uint8_t* a2, float* sa2, int sa_ld);
 
 // out[t][d] = sum over the token's slots, in ascending expert id, of bf16 y2[row_of_slot][d] (fp32 sum;
 // dropped slots skipped). The routing weight was applied before W2.

@@ -26,10 +26,29 @@ inline size_t word_offset(int h, int i, int j) { return size_t(h) * 2048 + size_
 
 bool moe_w4a8_pack_shape_ok(int N, int K) { return N > 0 && K > 0 && N % kPackRows == 0 && K % kPackK == 0; }
 
+namespace {
+
+bool block_is_zero(const uint8_t* wrow, int k0) {
+  for (int k = k0; k < k0 + 32; ++k)
+    if ((nibble_at(wrow, k) & 7) != 0) return false;
+  return true;
+}
+
+}  // namespace
+
 int64_t moe_w4a8_pack_expert(const uint8_t* weight, const uint8_t* scale, int N, int K, uint8_t* packed,
                              uint64_t* flags) {
   const int n_blocks = N / kPackRows, n_groups = K / kPackK, fw = moe_w4a8_flag_words(K);
   std::memset(flags, 0, sizeof(uint64_t) * size_t(n_blocks) * size_t(fw));
+  // The row references: the largest exponent of each row's non-zero blocks.
+  uint8_t* ref = packed + moe_w4a8_row_ref_offset(N, K);
+  for (int n = 0; n < N; ++n) {
+    const uint8_t* wrow = weight + size_t(n) * (K / 2);
+    int r = -1;
+    for (int b = 0; b < K / 32; ++b)
+      if (!block_is_zero(wrow, 32 * b)) r = std::max(r, int(scale[size_t(n) * (K / 32) + b]));
+    ref[n] = uint8_t(r < 0 ? 127 : r);
+  }
   int64_t wide = 0;
   for (int nb = 0; nb < n_blocks; ++nb) {
     for (int g = 0; g < n_groups; ++g) {
@@ -55,24 +74,12 @@ int64_t moe_w4a8_pack_expert(const uint8_t* weight, const uint8_t* scale, int N,
       for (int r = 0; r < kPackRows; ++r) {
         const int n = nb * kPackRows + r;
         const uint8_t* wrow = weight + size_t(n) * (K / 2);
-        uint8_t e[4];
-        bool zero[4];
-        int emax_nonzero = -1;
         for (int b = 0; b < 4; ++b) {
-          e[b] = scale[size_t(n) * (K / 32) + g * 4 + b];
-          zero[b] = true;
-          for (int k = 0; k < 32 && zero[b]; ++k) zero[b] = (nibble_at(wrow, g * kPackK + 32 * b + k) & 7) == 0;
-          if (!zero[b]) emax_nonzero = std::max(emax_nonzero, int(e[b]));
+          int e = scale[size_t(n) * (K / 32) + g * 4 + b];
+          if (block_is_zero(wrow, g * kPackK + 32 * b)) e = ref[n];
+          if (ref[n] - e > kFastSpread) group_wide = true;
+          chunk[kChunkWeightBytes + 4 * r + b] = uint8_t((e - ref[n] + 12) & 0xff);
         }
-        if (emax_nonzero < 0) emax_nonzero = std::max(std::max(e[0], e[1]), std::max(e[2], e[3]));
-        int lo = 255, hi = 0;
-        for (int b = 0; b < 4; ++b) {
-          if (zero[b]) e[b] = uint8_t(emax_nonzero);
-          lo = std::min(lo, int(e[b]));
-          hi = std::max(hi, int(e[b]));
-          chunk[kChunkWeightBytes + 4 * r + b] = e[b];
-        }
-        if (hi - lo > kFastSpread) group_wide = true;
       }
       if (group_wide) {
         flags[size_t(nb) * fw + g / 64] |= uint64_t(1) << (g % 64);
@@ -104,9 +111,12 @@ void moe_w4a8_unpack_expert(const uint8_t* packed, int N, int K, uint8_t* weight
               set_nibble(wrow, k0 + 16 + c, hi);
             }
           }
-      for (int r = 0; r < kPackRows; ++r)
+      const uint8_t* ref = packed + moe_w4a8_row_ref_offset(N, K);
+      for (int r = 0; r < kPackRows; ++r) {
+        const int n = nb * kPackRows + r;
         for (int b = 0; b < 4; ++b)
-          scale[size_t(nb * kPackRows + r) * (K / 32) + g * 4 + b] = chunk[kChunkWeightBytes + 4 * r + b];
+          scale[size_t(n) * (K / 32) + g * 4 + b] = uint8_t((ref[n] - 12 + chunk[kChunkWeightBytes + 4 * r + b]) & 0xff);
+      }
     }
 }
 

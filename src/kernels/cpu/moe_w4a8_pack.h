@@ -14,13 +14,18 @@
 //     magnitude code of lo[q] (q < 4) or hi[q-4] (q >= 4); the top bit of nibble 2c+1 is the sign of
 //     lo[c] and the top bit of nibble 2c the sign of hi[c]. So the signs of lo sit at bits 7,15,23,31 and
 //     those of hi at bits 3,11,19,27: a byte permute of the magnitudes plus one mask gives e4m3 bytes.
-//   bytes [4096, 4352): for each of the 64 rows, its 4 E8M0 scales of this 128-k group (one byte per
-//     32-k block, block 0 first). A block whose 32 values are all zero gets the largest exponent of its
-//     row's group instead of its own: it contributes 0 either way, and this keeps the exponent spread small.
-//   Same bytes as the checkpoint (N*K/2 + N*K/32): no dequantized copy.
+//   bytes [4096, 4352): for each of the 64 rows, one byte per 32-k block of this 128-k group (block 0
+//     first): u = (e - R + 12) mod 256, where e is the block's E8M0 exponent and R the row's reference
+//     exponent (below). Blocks whose 32 values are all zero get e = R (u = 12): they contribute 0 either
+//     way. For the fast path u is in [1, 12] and the kernel's e2m1 -> e4m3 table represents
+//     v * 2^(u - 6) directly (exact in e4m3), so the kernel needs no per-group exponent arithmetic.
+//   After the N/64 x K/128 chunks: R[N], one byte per row: the largest exponent of the row's non-zero blocks
+//     (127 for an all-zero row). Every value of the row carries 2^(R - 133), applied once in the epilogue.
+//   Lossless (e = (R - 12 + u) mod 256) and the same scale bytes as the checkpoint plus N bytes
+//   (N*K/2 + N*K/32 + N): no dequantized copy.
 // Wide flags, per expert: [N/64][flag_words(K)] uint64; bit g of word g/64 is set when some row of the
-//   64-row block has exponent spread (max - min over the 4 blocks of group g) > kFastSpread. The kernel
-//   handles such groups on an exact slower path (per-32 promotion).
+//   64-row block has a non-zero block in group g more than kFastSpread exponents below the row's R. The
+//   kernel handles such groups on an exact slower path (per-32 promotion with 2^(e - R)).
 #include <cstddef>
 #include <cstdint>
 
@@ -31,15 +36,17 @@ inline constexpr int kPackK = 128;
 inline constexpr int kChunkWeightBytes = kPackRows * kPackK / 2;          // 4096
 inline constexpr int kChunkScaleBytes = kPackRows * (kPackK / 32);        // 256
 inline constexpr int kChunkBytes = kChunkWeightBytes + kChunkScaleBytes;  // 4352
-// Largest exponent spread inside one 128-k group that the fast path represents exactly: the block with
-// the largest exponent is shifted up by 2^6 (6.0 -> 384, still e4m3), a block d below it by 2^(6-d);
-// every e2m1 value times 2^(6-d) is an e4m3 normal for d <= 11.
+// Largest distance below the row's reference exponent R that the fast path represents exactly: a block at
+// R is shifted up by 2^6 (6.0 -> 384, still e4m3), a block d below R by 2^(6-d); every e2m1 value times
+// 2^(6-d) is an e4m3 normal for d <= 11.
 inline constexpr int kFastSpread = 11;
 
 inline constexpr int moe_w4a8_flag_words(int K) { return (K / kPackK + 63) / 64; }
-inline constexpr size_t moe_w4a8_packed_expert_bytes(int N, int K) {
+// Byte offset of R[N] inside a packed expert (after the chunks).
+inline constexpr size_t moe_w4a8_row_ref_offset(int N, int K) {
   return size_t(N / kPackRows) * size_t(K / kPackK) * kChunkBytes;
 }
+inline constexpr size_t moe_w4a8_packed_expert_bytes(int N, int K) { return moe_w4a8_row_ref_offset(N, K) + size_t(N); }
 inline constexpr size_t moe_w4a8_flag_expert_words(int N, int K) {
   return size_t(N / kPackRows) * size_t(moe_w4a8_flag_words(K));
 }
@@ -52,7 +59,7 @@ bool moe_w4a8_pack_shape_ok(int N, int K);
 int64_t moe_w4a8_pack_expert(const uint8_t* weight, const uint8_t* scale, int N, int K, uint8_t* packed,
                              uint64_t* flags);
 
-// Inverse, for tests: back to the checkpoint layout (with the all-zero blocks' scales normalized as above).
+// Inverse, for tests: back to the checkpoint layout (with the all-zero blocks' scales normalized to R).
 void moe_w4a8_unpack_expert(const uint8_t* packed, int N, int K, uint8_t* weight, uint8_t* scale);
 
 }  // namespace moeserve::kernels::cpu

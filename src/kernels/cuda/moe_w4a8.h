@@ -61,14 +61,24 @@ cudaError_t moe_grouped_gemm_w4a8_masked(const MoeW4A8Weights& w, const MoeW4A8I
                                          int cap, void* y, MoeOutType out, int expected_rows_per_expert, int config,
                                          cudaStream_t stream);
 
+// Random packed experts (performance work, --load-format dummy): E experts of [N, K], uniform e2m1 codes,
+// every row's reference exponent ref_exp and its blocks' exponents in [ref_exp - spread, ref_exp] with
+// spread <= kFastSpread, so no group is wide (the flags stay zero: the caller clears them).
+cudaError_t moe_w4a8_fill_random(uint8_t* packed, int E, int N, int K, int ref_exp, int spread, uint64_t seed,
+                                 cudaStream_t stream);
+
 // Glue (semantics: kernels/cpu/moe_w4a8.h).
 size_t moe_route_rows_workspace(int T, int topk, int E);
 cudaError_t moe_route_rows(const int* topk_ids, int T, int topk, int E, int cap, int* counts, int* row_of_slot,
                            int* slot_of_row, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 cudaError_t moe_gather_quant(const uint16_t* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a,
                              float* sa, int sa_ld, cudaStream_t stream);
+cudaError_t moe_gather_quant_f32(const float* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a,
+                                 float* sa, int sa_ld, cudaStream_t stream);
 cudaError_t moe_swiglu_quant(const uint16_t* h, int I, const int* slot_of_row, int rows, const float* weights,
                              float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream);
+cudaError_t moe_swiglu_quant_f32(const float* h, int I, const int* slot_of_row, int rows, const float* weights,
+                                 float limit, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream);
 cudaError_t moe_combine(const uint16_t* y2, int D, const int* row_of_slot, const int* topk_ids, int T, int topk,
                         float* out, cudaStream_t stream);
 

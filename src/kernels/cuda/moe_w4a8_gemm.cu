@@ -6,13 +6,14 @@
 //    warpgroup's packed MXFP4 chunks (64 rows x 128 k, 4352 bytes, kernels/cpu/moe_w4a8_pack.h) by 1-D bulk
 //    copies; full/empty mbarriers per stage.
 //  - Each consumer warpgroup turns its 64x128 MXFP4 chunk into four wgmma A fragments in registers:
-//    e2m1 -> e4m3 by a byte permute through an 8-entry table per (row, 32-block). The table folds the block's
-//    E8M0 exponent in relative to the row's largest exponent emax in the group: values become
-//    v * 2^(6 - (emax - e_j)), exact in e4m3 for a spread <= 11 (kFastSpread). Four m64nBNk32 wgmmas accumulate
+//    e2m1 -> e4m3 by a byte permute through an 8-entry table per (row, 32-block). The packer stores each
+//    block's exponent relative to its row's reference R (u = e - R + 12, in [1, 12] on the fast path), so the
+//    table is base + u * step and values become v * 2^(u - 6), exact in e4m3. Four m64nBNk32 wgmmas accumulate
 //    the group in fp32 (tensor-core precision), then the group is promoted into the fp32 accumulator with
-//    2^(emax - 133) * sa[token] (both powers of two, so the product is exact).
-//  - Groups whose 64-row block has a row with spread > 11 (flag bit from the packer) take an exact slower
-//    path: each 32-block on its own (v * 2^6), one k32 wgmma, promoted with 2^(e_j - 133) * sa.
+//    sa[token] (a power of two, so the product is exact); the epilogue applies the row's 2^(R - 133) once.
+//  - Groups whose 64-row block has a block more than 11 exponents below its row's R (flag bit from the
+//    packer) take an exact slower path: each 32-block on its own (v * 2^6), one k32 wgmma, promoted with
+//    2^(e_j - R) * sa.
 //  - Persistent grid: CTAs walk the (expert, weight tile, token tile) list computed from the device counts,
 //    so the launch shape never depends on the routing (graph capturable).
 #include <cuda.h>
@@ -76,6 +77,19 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");  // non-.aligned: safe after divergence
 }
+// Shared-memory loads by 32-bit shared address (generic pointers cost 64-bit address arithmetic per load).
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ float lds_f32(uint32_t addr) { return __uint_as_float(lds32(addr)); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
@@ -94,9 +108,24 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_byte_addr) {
   return desc;
 }
 
-// 2^(e - 133) for an E8M0 byte e (the group's promotion factor: the e4m3 values carry 2^6).
+// 2^(R - 133) for a row's reference exponent R (the epilogue's row factor: the e4m3 values carry 2^6).
 __device__ __forceinline__ float pow2_e8m0_minus6(uint32_t e) {
   return e >= 7 ? __uint_as_float((e - 6) << 23) : ldexpf(1.0f, int(e) - 133);
+}
+
+// 2^(e - R) from a stored byte u = (e - R + 12) mod 256 (slow path; e <= R, so u > 12 means u - 256).
+// Blocks more than 149 exponents below R underflow to 0 here (their values are below 2^-149 of the row's).
+__device__ __forceinline__ float pow2_rel(uint32_t u) {
+  const int d = (u <= 12u ? int(u) : int(u) - 256) - 12;
+  return d >= -126 ? __uint_as_float(uint32_t(d + 127) << 23) : ldexpf(1.0f, d);
+}
+
+// PTX prmt: selector nibbles with bit 3 clear select bytes (the caller guarantees it). __byte_perm would
+// re-mask the selector with 0x7777 on every call (one more integer op per permute).
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
 }
 
 // Eight e2m1 values of a packed word -> two words of four e4m3 bytes, through the 8-byte table {lo, hi}:
@@ -105,12 +134,11 @@ __device__ __forceinline__ float pow2_e8m0_minus6(uint32_t e) {
 __device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t lo, uint32_t hi, uint32_t& r_lo,
                                                uint32_t& r_hi) {
   const uint32_t m = w & 0x77777777u;
-  r_lo = __byte_perm(lo, hi, m) | (w & 0x80808080u);
-  r_hi = __byte_perm(lo, hi, __umulhi(m, 0x10000u)) | ((w * 16u) & 0x80808080u);
+  r_lo = prmt(lo, hi, m) | (w & 0x80808080u);
+  r_hi = prmt(lo, hi, __umulhi(m, 0x10000u)) | ((w * 16u) & 0x80808080u);
 }
 
-// Table words for table offset u (value v -> v * 2^(u-6)), as base + e * step so that a group computes the
-// base once per row: u = 12 - emax + e_j.
+// Table words for table offset u (value v -> v * 2^(u-6)): base + u * step.
 constexpr uint32_t kLutLo0 = 0x0C080000u, kLutLoStep = 0x08080800u;
 constexpr uint32_t kLutHi0 = 0x1C181410u, kLutHiStep = 0x08080808u;
 
@@ -123,6 +151,7 @@ struct Params {
   const int* counts;        // [E]
   void* y;                  // [rows][N]
   size_t expert_bytes;      // packed bytes per expert
+  size_t ref_offset;        // offset of the row references R[N] inside an expert
   int E, N, K, cap;         // cap > 0: masked
   int flag_words;           // per 64-row block
   int out_f32;
@@ -165,8 +194,7 @@ struct Cfg {
 // Per-group state carried from conversion to promotion.
 struct GroupRegs {
   uint32_t a[4][4];  // A fragments of the 4 k-steps
-  uint32_t e0, e1;   // the 4 E8M0 bytes of rows r0, r0+8
-  uint32_t emax0, emax1;
+  uint32_t e0, e1;   // the 4 relative exponents u of rows r0, r0+8
   uint32_t stage, gin;
   bool wide;
 };
@@ -288,6 +316,8 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   float tmp[BN / 2];
 
   // Load + convert group `gi` of the current item into `gr` (waits for the stage when gi starts a chunk).
+  const uint32_t stages_addr = smem_addr(stages);
+  uint64_t flags_lo = 0;  // the current item's flags of groups 0..63 (K <= 8192 needs no other word)
   auto load_group = [&](int gi, const uint64_t* flags_row, GroupRegs& gr) {
     const int gin = gi % G;
     if (gin == 0) {
@@ -296,40 +326,27 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     }
     gr.stage = ld_stage;
     gr.gin = gin;
-    gr.wide = (flags_row[gi >> 6] >> (gi & 63)) & 1;
-    const uint8_t* chunk = stages + ld_stage * C::kStageBytes + C::kActBytes + C::kSaBytes +
+    gr.wide = ((gi < 64 ? flags_lo : flags_row[gi >> 6]) >> (gi & 63)) & 1;
+    const uint32_t chunk = stages_addr + ld_stage * C::kStageBytes + C::kActBytes + C::kSaBytes +
                            (wg * G + gin) * pack::kChunkBytes;
-    const uint4 q0 = *reinterpret_cast<const uint4*>(chunk + tid * 16);
-    const uint4 q1 = *reinterpret_cast<const uint4*>(chunk + 2048 + tid * 16);
-    gr.e0 = *reinterpret_cast<const uint32_t*>(chunk + pack::kChunkWeightBytes + 4 * r0);
-    gr.e1 = *reinterpret_cast<const uint32_t*>(chunk + pack::kChunkWeightBytes + 4 * (r0 + 8));
-    // Table of block j: base + e_j * step, with e_j replicated into all four bytes by one byte permute
-    // (rep = e_j * 0x01010101: rep * 8 = e_j * kLutHiStep, rep * 0x800 = e_j * kLutLoStep mod 2^32).
-    uint32_t blo0, bhi0, blo1, bhi1, mlo, mhi;
-    {
-      const uint32_t m0 = __vmaxu4(gr.e0, gr.e0 >> 16), m1 = __vmaxu4(gr.e1, gr.e1 >> 16);
-      gr.emax0 = max(m0 & 0xff, (m0 >> 8) & 0xff);
-      gr.emax1 = max(m1 & 0xff, (m1 >> 8) & 0xff);
-    }
-    if (!gr.wide) {
-      blo0 = kLutLo0 + (12u - gr.emax0) * kLutLoStep;
-      bhi0 = kLutHi0 + (12u - gr.emax0) * kLutHiStep;
-      blo1 = kLutLo0 + (12u - gr.emax1) * kLutLoStep;
-      bhi1 = kLutHi0 + (12u - gr.emax1) * kLutHiStep;
-      mlo = 0x800u, mhi = 8u;
-    } else {  // each block relative to its own exponent: u = 12
-      blo0 = blo1 = kLutLo0 + 12u * kLutLoStep;
-      bhi0 = bhi1 = kLutHi0 + 12u * kLutHiStep;
-      mlo = mhi = 0;
-    }
+    const uint4 q0 = lds128(chunk + tid * 16);
+    const uint4 q1 = lds128(chunk + 2048 + tid * 16);
+    gr.e0 = lds32(chunk + pack::kChunkWeightBytes + 4 * r0);
+    gr.e1 = lds32(chunk + pack::kChunkWeightBytes + 4 * (r0 + 8));
+    // Table of block j: base + u_j * step, with u_j replicated into all four bytes by one byte permute
+    // (rep = u_j * 0x01010101: rep * 8 = u_j * kLutHiStep, rep * 0x800 = u_j * kLutLoStep mod 2^32). Wide
+    // groups: every block with u = 12 (its own exponent), scaled at promotion.
+    const uint32_t blo = gr.wide ? kLutLo0 + 12u * kLutLoStep : kLutLo0;
+    const uint32_t bhi = gr.wide ? kLutHi0 + 12u * kLutHiStep : kLutHi0;
+    const uint32_t mlo = gr.wide ? 0u : 0x800u, mhi = gr.wide ? 0u : 8u;
     const uint32_t words[2][4] = {{q0.x, q0.y, q0.z, q0.w}, {q1.x, q1.y, q1.z, q1.w}};
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       const uint32_t w_r0 = words[ks >> 1][(ks & 1) * 2 + 0];
       const uint32_t w_r1 = words[ks >> 1][(ks & 1) * 2 + 1];
-      const uint32_t x0 = __byte_perm(gr.e0, 0, 0x1111u * ks), x1 = __byte_perm(gr.e1, 0, 0x1111u * ks);
-      e2m1x8_to_e4m3(w_r0, blo0 + x0 * mlo, bhi0 + x0 * mhi, gr.a[ks][0], gr.a[ks][2]);
-      e2m1x8_to_e4m3(w_r1, blo1 + x1 * mlo, bhi1 + x1 * mhi, gr.a[ks][1], gr.a[ks][3]);
+      const uint32_t x0 = prmt(gr.e0, 0, 0x1111u * ks), x1 = prmt(gr.e1, 0, 0x1111u * ks);
+      e2m1x8_to_e4m3(w_r0, blo + x0 * mlo, bhi + x0 * mhi, gr.a[ks][0], gr.a[ks][2]);
+      e2m1x8_to_e4m3(w_r1, blo + x1 * mlo, bhi + x1 * mhi, gr.a[ks][1], gr.a[ks][3]);
     }
     if (gin == G - 1) {
       if (++ld_stage == S) {
@@ -343,16 +360,26 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     return sw128_desc(smem_addr(stages + gr.stage * C::kStageBytes + gr.gin * BN * 128));
   };
   int sa_off = 0;  // the current tile's first token inside the 16-byte-aligned scale box
-  auto sa_ptr = [&](const GroupRegs& gr) {
-    return reinterpret_cast<const float*>(stages + gr.stage * C::kStageBytes + C::kActBytes) + gr.gin * C::kSaPitch +
-           sa_off;
+  auto sa_ptr = [&](const GroupRegs& gr) {  // shared address of the group's first token scale
+    return stages_addr + gr.stage * C::kStageBytes + C::kActBytes + 4 * (gr.gin * C::kSaPitch + sa_off);
   };
 
-  // acc += tmp * s_row * sa[token]
-  auto promote = [&](const float* sa, float s0, float s1) {
+  // acc += tmp * sa[token] (fast groups: the row factor is applied in the epilogue)
+  auto promote = [&](uint32_t sa) {
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i) {
-      const float2 sc = make_float2(sa[8 * i + 2 * t4], sa[8 * i + 2 * t4 + 1]);
+      const float2 sc = make_float2(lds_f32(sa + 4 * (8 * i + 2 * t4)), lds_f32(sa + 4 * (8 * i + 2 * t4 + 1)));
+      acc[4 * i + 0] = fmaf(tmp[4 * i + 0], sc.x, acc[4 * i + 0]);
+      acc[4 * i + 1] = fmaf(tmp[4 * i + 1], sc.y, acc[4 * i + 1]);
+      acc[4 * i + 2] = fmaf(tmp[4 * i + 2], sc.x, acc[4 * i + 2]);
+      acc[4 * i + 3] = fmaf(tmp[4 * i + 3], sc.y, acc[4 * i + 3]);
+    }
+  };
+  // acc += tmp * s_row * sa[token] (a wide group's block, s_row = 2^(e_j - R))
+  auto promote_scaled = [&](uint32_t sa, float s0, float s1) {
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) {
+      const float2 sc = make_float2(lds_f32(sa + 4 * (8 * i + 2 * t4)), lds_f32(sa + 4 * (8 * i + 2 * t4 + 1)));
       acc[4 * i + 0] = fmaf(tmp[4 * i + 0], s0 * sc.x, acc[4 * i + 0]);
       acc[4 * i + 1] = fmaf(tmp[4 * i + 1], s0 * sc.y, acc[4 * i + 1]);
       acc[4 * i + 2] = fmaf(tmp[4 * i + 2], s1 * sc.x, acc[4 * i + 2]);
@@ -371,7 +398,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       for (int ks = 0; ks < 4; ++ks) wgmma::RsFp8<BN>::mma(tmp, gr.a[ks], desc + uint64_t(2 * ks), ks > 0 ? 1 : 0);
       wgmma_commit();
     } else {
-      const float* sa = sa_ptr(gr);
+      const uint32_t sa = sa_ptr(gr);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         fence_operands(tmp);
@@ -380,7 +407,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
         wgmma_commit();
         wgmma_wait_all();
         fence_operands(tmp);
-        promote(sa, pow2_e8m0_minus6((gr.e0 >> (8 * ks)) & 0xff), pow2_e8m0_minus6((gr.e1 >> (8 * ks)) & 0xff));
+        promote_scaled(sa, pow2_rel((gr.e0 >> (8 * ks)) & 0xff), pow2_rel((gr.e1 >> (8 * ks)) & 0xff));
       }
     }
   };
@@ -388,7 +415,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   auto finish_group = [&](const GroupRegs& gr) {
     wgmma_wait_all();
     fence_operands(tmp);
-    if (!gr.wide) promote(sa_ptr(gr), pow2_e8m0_minus6(gr.emax0), pow2_e8m0_minus6(gr.emax1));
+    if (!gr.wide) promote(sa_ptr(gr));
     if (gr.gin == G - 1) {  // the stage's last group: activations, scales and weights all read
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty_bar[rel_stage]);
@@ -407,6 +434,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     const int m_valid = min(BN, cnt[e] - tt * BN);
     sa_off = (row_start[e] + tt * BN) & 3;
     const uint64_t* flags_row = p.flags + (size_t(e) * (p.N / 64) + nb) * p.flag_words;
+    flags_lo = flags_row[0];
 
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
@@ -429,15 +457,18 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       }
     }
 
-    // Epilogue: stage the 64 x BN tile as [token][row] floats, then write whole token rows.
+    // Epilogue: the rows' 2^(R - 133) (exact), stage the 64 x BN tile as [token][row] floats, then write
+    // whole token rows.
+    const uint8_t* ref = p.w + size_t(e) * p.expert_bytes + p.ref_offset + size_t(nb) * 64;
+    const float rf0 = pow2_e8m0_minus6(ref[r0]), rf1 = pow2_e8m0_minus6(ref[r0 + 8]);
     named_barrier(1 + wg, 128);
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i) {
       const int c0 = 8 * i + 2 * t4;
-      stage_out[c0 * C::kStagePitch + r0] = acc[4 * i + 0];
-      stage_out[(c0 + 1) * C::kStagePitch + r0] = acc[4 * i + 1];
-      stage_out[c0 * C::kStagePitch + r0 + 8] = acc[4 * i + 2];
-      stage_out[(c0 + 1) * C::kStagePitch + r0 + 8] = acc[4 * i + 3];
+      stage_out[c0 * C::kStagePitch + r0] = acc[4 * i + 0] * rf0;
+      stage_out[(c0 + 1) * C::kStagePitch + r0] = acc[4 * i + 1] * rf0;
+      stage_out[c0 * C::kStagePitch + r0 + 8] = acc[4 * i + 2] * rf1;
+      stage_out[(c0 + 1) * C::kStagePitch + r0 + 8] = acc[4 * i + 3] * rf1;
     }
     named_barrier(1 + wg, 128);
     const size_t row_base = size_t(row_start[e]) + size_t(tt) * BN;
@@ -573,6 +604,7 @@ cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int*
   p.counts = counts;
   p.y = y;
   p.expert_bytes = pack::moe_w4a8_packed_expert_bytes(w.N, w.K);
+  p.ref_offset = pack::moe_w4a8_row_ref_offset(w.N, w.K);
   p.E = w.E;
   p.N = w.N;
   p.K = w.K;

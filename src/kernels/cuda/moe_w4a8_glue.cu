@@ -121,46 +121,55 @@ __global__ void route_place_kernel(const int* topk_ids, int S, int E, int cap, c
   }
 }
 
-// ---- gather + quantize (one block per grouped row, 8 channels per thread) ----
-__global__ void gather_quant_kernel(const uint16_t* x, int D, const int* slot_of_row, int topk, uint8_t* a,
-                                    float* sa, int sa_ld) {
-  const int row = blockIdx.x;
-  const int slot = slot_of_row[row];
-  if (slot < 0) return;
-  const int c = threadIdx.x * 8;
-  const bool active = c < D;  // the block is rounded up to whole warps for the shuffles
-  const uint4 raw = active ? *reinterpret_cast<const uint4*>(x + size_t(slot / topk) * D + c) : make_uint4(0, 0, 0, 0);
+// Eight consecutive inputs as fp32: bf16 (one 16-byte load) or fp32 (two).
+__device__ __forceinline__ void load8(const uint16_t* p, bool active, float (&v)[8]) {
+  const uint4 raw = active ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  float v[8];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     v[2 * i] = bf16_bits_to_f32(uint16_t(w[i] & 0xffff));
     v[2 * i + 1] = bf16_bits_to_f32(uint16_t(w[i] >> 16));
   }
+}
+__device__ __forceinline__ void load8(const float* p, bool active, float (&v)[8]) {
+  const float4 a = active ? *reinterpret_cast<const float4*>(p) : make_float4(0, 0, 0, 0);
+  const float4 b = active ? *reinterpret_cast<const float4*>(p + 4) : make_float4(0, 0, 0, 0);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+// ---- gather + quantize (one block per grouped row, 8 channels per thread) ----
+template <class In>
+__global__ void gather_quant_kernel(const In* x, int D, const int* slot_of_row, int topk, uint8_t* a, float* sa,
+                                    int sa_ld) {
+  const int row = blockIdx.x;
+  const int slot = slot_of_row[row];
+  if (slot < 0) return;
+  const int c = threadIdx.x * 8;
+  const bool active = c < D;  // the block is rounded up to whole warps for the shuffles
+  float v[8];
+  load8(x + size_t(slot / topk) * D + c, active, v);
   quant8_store(v, a + size_t(row) * D + c, sa + size_t(c / 128) * sa_ld + row, (threadIdx.x % 16) == 0, active);
 }
 
 // ---- SwiGLU(clamp) * routing weight -> FP8 (one block per grouped row, 8 channels per thread) ----
-__global__ void swiglu_quant_kernel(const uint16_t* h, int I, const int* slot_of_row, const float* weights,
-                                    float limit, int round_bf16, uint8_t* a2, float* sa2, int sa_ld) {
+template <class In>
+__global__ void swiglu_quant_kernel(const In* h, int I, const int* slot_of_row, const float* weights, float limit,
+                                    int round_bf16, uint8_t* a2, float* sa2, int sa_ld) {
   const int row = blockIdx.x;
   const int slot = slot_of_row[row];
   if (slot < 0) return;
   const int c = threadIdx.x * 8;
   const bool active = c < I;
-  const uint16_t* hr = h + size_t(row) * 2 * I;
-  const uint4 graw = active ? *reinterpret_cast<const uint4*>(hr + c) : make_uint4(0, 0, 0, 0);
-  const uint4 uraw = active ? *reinterpret_cast<const uint4*>(hr + I + c) : make_uint4(0, 0, 0, 0);
-  const uint32_t gw[4] = {graw.x, graw.y, graw.z, graw.w};
-  const uint32_t uw[4] = {uraw.x, uraw.y, uraw.z, uraw.w};
+  const In* hr = h + size_t(row) * 2 * I;
+  float gv[8], uv[8];
+  load8(hr + c, active, gv);
+  load8(hr + I + c, active, uv);
   const float rw = weights[slot];
   float v[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const uint32_t gb = (i & 1) ? (gw[i / 2] >> 16) : (gw[i / 2] & 0xffff);
-    const uint32_t ub = (i & 1) ? (uw[i / 2] >> 16) : (uw[i / 2] & 0xffff);
-    const float g = fminf(bf16_bits_to_f32(uint16_t(gb)), limit);
-    const float u = fminf(fmaxf(bf16_bits_to_f32(uint16_t(ub)), -limit), limit);
+    const float g = fminf(gv[i], limit);
+    const float u = fminf(fmaxf(uv[i], -limit), limit);
     float xv = g / (1.0f + expf(-g)) * u;
     xv = rw * xv;
     v[i] = round_bf16 ? __bfloat162float(__float2bfloat16_rn(xv)) : xv;
@@ -227,19 +236,39 @@ cudaError_t moe_route_rows(const int* topk_ids, int T, int topk, int E, int cap,
   return cudaGetLastError();
 }
 
-cudaError_t moe_gather_quant(const uint16_t* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a,
-                             float* sa, int sa_ld, cudaStream_t stream) {
+template <class In>
+cudaError_t launch_gather_quant(const In* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a, float* sa,
+                                int sa_ld, cudaStream_t stream) {
   if (D % 128 != 0 || D / 8 > 1024 || rows <= 0) return cudaErrorInvalidValue;
   gather_quant_kernel<<<rows, (D / 8 + 31) / 32 * 32, 0, stream>>>(x, D, slot_of_row, topk, a, sa, sa_ld);
   return cudaGetLastError();
 }
 
+template <class In>
+cudaError_t launch_swiglu_quant(const In* h, int I, const int* slot_of_row, int rows, const float* weights,
+                                float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream) {
+  if (I % 128 != 0 || I / 8 > 1024 || rows <= 0) return cudaErrorInvalidValue;
+  swiglu_quant_kernel<<<rows, (I / 8 + 31) / 32 * 32, 0, stream>>>(h, I, slot_of_row, weights, limit,
+                                                                  round_bf16 ? 1 : 0, a2, sa2, sa_ld);
+  return cudaGetLastError();
+}
+
+cudaError_t moe_gather_quant(const uint16_t* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a,
+                             float* sa, int sa_ld, cudaStream_t stream) {
+  return launch_gather_quant(x, D, slot_of_row, rows, topk, a, sa, sa_ld, stream);
+}
+cudaError_t moe_gather_quant_f32(const float* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a,
+                                 float* sa, int sa_ld, cudaStream_t stream) {
+  return launch_gather_quant(x, D, slot_of_row, rows, topk, a, sa, sa_ld, stream);
+}
+
 cudaError_t moe_swiglu_quant(const uint16_t* h, int I, const int* slot_of_row, int rows, const float* weights,
                              float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream) {
-  if (I % 128 != 0 || I / 8 > 1024 || rows <= 0) return cudaErrorInvalidValue;
-  swiglu_quant_kernel<<<rows, (I / 8 + 31) / 32 * 32, 0, stream>>>(h, I, slot_of_row, weights, limit, round_bf16 ? 1 : 0, a2, sa2,
-                                                  sa_ld);
-  return cudaGetLastError();
+  return launch_swiglu_quant(h, I, slot_of_row, rows, weights, limit, round_bf16, a2, sa2, sa_ld, stream);
+}
+cudaError_t moe_swiglu_quant_f32(const float* h, int I, const int* slot_of_row, int rows, const float* weights,
+                                 float limit, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream) {
+  return launch_swiglu_quant(h, I, slot_of_row, rows, weights, limit, false, a2, sa2, sa_ld, stream);
 }
 
 cudaError_t moe_combine(const uint16_t* y2, int D, const int* row_of_slot, const int* topk_ids, int T, int topk,

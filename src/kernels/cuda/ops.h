@@ -111,7 +111,9 @@ cudaError_t hc_post(float* h, int T, int hc, int dim, const float* y, const floa
 // x + p * x_stride, y + p * y_stride (grouped output projection, stacked experts). Grouped rows (MoE): with
 // group_count != null, problem p (< *num_groups) is expert group_expert[p] (its weights), rows
 // [group_offset[p], + group_count[p]) of y, x rows gathered through x_rows[row] (or the row itself).
-enum class WeightType : int { BF16 = 0, FP8 = 1 };
+// MXFP4 is for routed experts only (kept packed for the W4A8 grouped GEMM, kernels/cuda/moe_w4a8.h); no
+// gemv operand is ever MXFP4.
+enum class WeightType : int { BF16 = 0, FP8 = 1, MXFP4 = 2 };
 struct GemvArgs {
   WeightType wtype = WeightType::BF16;
   const void* w = nullptr;

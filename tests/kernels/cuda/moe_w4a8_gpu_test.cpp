@@ -413,72 +413,94 @@ std::vector<uint16_t> random_bf16(std::mt19937& rng, size_t n, float scale) {
   return v;
 }
 
+// Both input types: bf16 (the official model dtype) and fp32 (the engine's activations, moe_*_f32).
 TEST(MoeW4A8Gpu, GatherQuantBitExact) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(test_seed("gather_quant"));
-  for (int D : {4096, 7168}) {
-    const int T = 97, topk = 6, E = 64, cap = 40;
-    const std::vector<int> ids = random_topk(rng, T, topk, E, false);
-    const int rows = E * cap, sa_ld = rows + 4;
-    std::vector<int> counts(E), ros(T * topk), sor(rows);
-    ref::moe_route_rows(ids.data(), T, topk, E, cap, counts.data(), ros.data(), sor.data());
-    const std::vector<uint16_t> x = random_bf16(rng, size_t(T) * D, 3.0f);
-    std::vector<uint8_t> a(size_t(rows) * D, 0x5a);
-    std::vector<float> sa(size_t(D / 128) * sa_ld, -1.0f);
-    DevBuf<uint16_t> dx(x);
-    DevBuf<int> dsor(sor);
-    DevBuf<uint8_t> da(a);
-    DevBuf<float> dsa(sa);
-    ref::moe_gather_quant(x.data(), D, sor.data(), rows, topk, a.data(), sa.data(), sa_ld);
-    ASSERT_EQ(cuda::moe_gather_quant(dx.p, D, dsor.p, rows, topk, da.p, dsa.p, sa_ld, nullptr), cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(da.download(), a) << "D " << D;
-    const std::vector<float> gsa = dsa.download();
-    int64_t bad = 0;
-    for (size_t i = 0; i < sa.size(); ++i) bad += f32_to_bits(gsa[i]) != f32_to_bits(sa[i]);
-    EXPECT_EQ(bad, 0) << "D " << D;
-  }
+  for (bool f32 : {false, true})
+    for (int D : {4096, 7168}) {
+      const int T = 97, topk = 6, E = 64, cap = 40;
+      const std::vector<int> ids = random_topk(rng, T, topk, E, false);
+      const int rows = E * cap, sa_ld = rows + 4;
+      std::vector<int> counts(E), ros(T * topk), sor(rows);
+      ref::moe_route_rows(ids.data(), T, topk, E, cap, counts.data(), ros.data(), sor.data());
+      const std::vector<uint16_t> x = random_bf16(rng, size_t(T) * D, 3.0f);
+      std::vector<float> xf(x.size());
+      std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+      for (float& v : xf) v = u(rng) * (rng() % 17 == 0 ? 40.0f : 1.0f);  // some groups with large amax
+      std::vector<uint8_t> a(size_t(rows) * D, 0x5a);
+      std::vector<float> sa(size_t(D / 128) * sa_ld, -1.0f);
+      DevBuf<uint16_t> dx(x);
+      DevBuf<float> dxf(xf);
+      DevBuf<int> dsor(sor);
+      DevBuf<uint8_t> da(a);
+      DevBuf<float> dsa(sa);
+      if (f32) {
+        ref::moe_gather_quant_f32(xf.data(), D, sor.data(), rows, topk, a.data(), sa.data(), sa_ld);
+        ASSERT_EQ(cuda::moe_gather_quant_f32(dxf.p, D, dsor.p, rows, topk, da.p, dsa.p, sa_ld, nullptr), cudaSuccess);
+      } else {
+        ref::moe_gather_quant(x.data(), D, sor.data(), rows, topk, a.data(), sa.data(), sa_ld);
+        ASSERT_EQ(cuda::moe_gather_quant(dx.p, D, dsor.p, rows, topk, da.p, dsa.p, sa_ld, nullptr), cudaSuccess);
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(da.download(), a) << "D " << D << (f32 ? " fp32" : " bf16");
+      const std::vector<float> gsa = dsa.download();
+      int64_t bad = 0;
+      for (size_t i = 0; i < sa.size(); ++i) bad += f32_to_bits(gsa[i]) != f32_to_bits(sa[i]);
+      EXPECT_EQ(bad, 0) << "D " << D << (f32 ? " fp32" : " bf16");
+    }
 }
 
 TEST(MoeW4A8Gpu, SwigluQuantMatchesReference) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(test_seed("swiglu_quant"));
-  for (int I : {2048, 3072}) {
-    const int T = 150, topk = 6, rows = T * topk, sa_ld = rows;
-    std::vector<int> sor(rows);
-    for (int r = 0; r < rows; ++r) sor[r] = (r * 7919) % rows;  // some permutation of the slots
-    sor[5] = -1;
-    const std::vector<uint16_t> h = random_bf16(rng, size_t(rows) * 2 * I, 4.0f);  // ~5% beyond the clamp
-    std::vector<float> wts(rows);
-    for (auto& w : wts) w = float(rng() % 1000) / 400.0f;
-    std::vector<uint8_t> q(size_t(rows) * I, 0x5a);
-    std::vector<float> s(size_t(I / 128) * sa_ld, -1.0f);
-    DevBuf<uint16_t> dh(h);
-    DevBuf<int> dsor(sor);
-    DevBuf<float> dw(wts);
-    DevBuf<uint8_t> dq(q);
-    DevBuf<float> ds(s);
-    ref::moe_swiglu_quant(h.data(), I, sor.data(), rows, wts.data(), 10.0f, true, q.data(), s.data(), sa_ld);
-    ASSERT_EQ(cuda::moe_swiglu_quant(dh.p, I, dsor.p, rows, dw.p, 10.0f, true, dq.p, ds.p, sa_ld, nullptr), cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    // The only difference allowed: expf (GPU, <= 2 ulp) vs the host's expf can move a value across a bf16 or
-    // e4m3 rounding boundary: then the code differs by one step.
-    const std::vector<uint8_t> gq = dq.download();
-    const std::vector<float> gs = ds.download();
-    int64_t scale_diff = 0, code_diff = 0, far = 0;
-    for (size_t i = 0; i < s.size(); ++i) scale_diff += f32_to_bits(gs[i]) != f32_to_bits(s[i]);
-    for (size_t i = 0; i < q.size(); ++i) {
-      if (gq[i] == q[i]) continue;
-      ++code_diff;
-      const bool same_sign = (gq[i] & 0x80) == (q[i] & 0x80);
-      if (!same_sign || std::abs(int(gq[i] & 0x7f) - int(q[i] & 0x7f)) > 1) ++far;
+  for (bool f32 : {false, true})
+    for (int I : {2048, 3072}) {
+      const int T = 150, topk = 6, rows = T * topk, sa_ld = rows;
+      std::vector<int> sor(rows);
+      for (int r = 0; r < rows; ++r) sor[r] = (r * 7919) % rows;  // some permutation of the slots
+      sor[5] = -1;
+      const std::vector<uint16_t> h = random_bf16(rng, size_t(rows) * 2 * I, 4.0f);  // ~5% beyond the clamp
+      std::vector<float> hf(h.size());
+      for (size_t i = 0; i < h.size(); ++i) hf[i] = bf16_to_f32(h[i]) * (1.0f + float(rng() % 1000) * 1e-6f);
+      std::vector<float> wts(rows);
+      for (auto& w : wts) w = float(rng() % 1000) / 400.0f;
+      std::vector<uint8_t> q(size_t(rows) * I, 0x5a);
+      std::vector<float> s(size_t(I / 128) * sa_ld, -1.0f);
+      DevBuf<uint16_t> dh(h);
+      DevBuf<float> dhf(hf);
+      DevBuf<int> dsor(sor);
+      DevBuf<float> dw(wts);
+      DevBuf<uint8_t> dq(q);
+      DevBuf<float> ds(s);
+      if (f32) {
+        ref::moe_swiglu_quant_f32(hf.data(), I, sor.data(), rows, wts.data(), 10.0f, q.data(), s.data(), sa_ld);
+        ASSERT_EQ(cuda::moe_swiglu_quant_f32(dhf.p, I, dsor.p, rows, dw.p, 10.0f, dq.p, ds.p, sa_ld, nullptr),
+                  cudaSuccess);
+      } else {
+        ref::moe_swiglu_quant(h.data(), I, sor.data(), rows, wts.data(), 10.0f, true, q.data(), s.data(), sa_ld);
+        ASSERT_EQ(cuda::moe_swiglu_quant(dh.p, I, dsor.p, rows, dw.p, 10.0f, true, dq.p, ds.p, sa_ld, nullptr),
+                  cudaSuccess);
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      // The only difference allowed: expf (GPU, <= 2 ulp) vs the host's expf can move a value across a bf16 or
+      // e4m3 rounding boundary: then the code differs by one step.
+      const std::vector<uint8_t> gq = dq.download();
+      const std::vector<float> gs = ds.download();
+      int64_t scale_diff = 0, code_diff = 0, far = 0;
+      for (size_t i = 0; i < s.size(); ++i) scale_diff += f32_to_bits(gs[i]) != f32_to_bits(s[i]);
+      for (size_t i = 0; i < q.size(); ++i) {
+        if (gq[i] == q[i]) continue;
+        ++code_diff;
+        const bool same_sign = (gq[i] & 0x80) == (q[i] & 0x80);
+        if (!same_sign || std::abs(int(gq[i] & 0x7f) - int(q[i] & 0x7f)) > 1) ++far;
+      }
+      std::printf("[swiglu_quant] %s I=%d: %lld of %zu codes one step apart, %lld scales differ\n",
+                  f32 ? "fp32" : "bf16", I, (long long)code_diff, q.size(), (long long)scale_diff);
+      EXPECT_EQ(far, 0);
+      EXPECT_LE(code_diff, int64_t(q.size() / 1000));
+      EXPECT_LE(scale_diff, 1);
     }
-    std::printf("[swiglu_quant] I=%d: %lld of %zu codes one step apart, %lld scales differ\n", I, (long long)code_diff,
-                q.size(), (long long)scale_diff);
-    EXPECT_EQ(far, 0);
-    EXPECT_LE(code_diff, int64_t(q.size() / 1000));
-    EXPECT_LE(scale_diff, 1);
-  }
 }
 
 TEST(MoeW4A8Gpu, CombineBitExact) {

@@ -99,51 +99,55 @@ TEST(GpuDummy, FlashShapedPrefillDecodeAndGraphs) {
   SKIP_WITHOUT_GPU();
   io::ModelConfig config =
       io::load_model_config(testing::source_dir() + "/presets/models/deepseek-v4-flash/config.json");
-  // Layers 0-3: window-only (hash MoE), window-only, C4 (indexer), C128.
-  auto m = model::GpuModel::dummy(config, 4, cuda::WeightType::FP8, cuda::WeightType::FP8, 7, {true, {}});
-  const int64_t max_len = 1024, prompt = 300, vocab = config.vocab_size;
-  std::vector<int32_t> ids(static_cast<size_t>(prompt));
-  for (int64_t i = 0; i < prompt; ++i) ids[size_t(i)] = int32_t((i * 7919) % vocab);
-  std::vector<std::vector<float>> logits(2);
-  for (int graphs = 0; graphs < 2; ++graphs) {
-    model::GpuKvCache cache(m->kv_layout(), 3, 3 * (max_len / 256 + 1));
-    std::vector<cache::SequenceKv> seqs(3);
-    for (auto& s : seqs) {
-      s = cache.host().open_sequence();
-      ASSERT_TRUE(cache.host().reserve(s, max_len));
+  // Layers 0-3: window-only (hash MoE), window-only, C4 (indexer), C128. Routed experts FP8 (the skinny GEMM /
+  // cuBLASLt) or MXFP4 (the W4A8 grouped GEMM).
+  for (cuda::WeightType experts : {cuda::WeightType::FP8, cuda::WeightType::MXFP4}) {
+    const char* name = experts == cuda::WeightType::FP8 ? "fp8" : "mxfp4";
+    auto m = model::GpuModel::dummy(config, 4, cuda::WeightType::FP8, experts, 7, {true, {}});
+    const int64_t max_len = 1024, prompt = 300, vocab = config.vocab_size;
+    std::vector<int32_t> ids(static_cast<size_t>(prompt));
+    for (int64_t i = 0; i < prompt; ++i) ids[size_t(i)] = int32_t((i * 7919) % vocab);
+    std::vector<std::vector<float>> logits(2);
+    for (int graphs = 0; graphs < 2; ++graphs) {
+      model::GpuKvCache cache(m->kv_layout(), 3, 3 * (max_len / 256 + 1));
+      std::vector<cache::SequenceKv> seqs(3);
+      for (auto& s : seqs) {
+        s = cache.host().open_sequence();
+        ASSERT_TRUE(cache.host().reserve(s, max_len));
+      }
+      // Prefill: sequence 0 in one chunk, sequences 1 and 2 batched in chunks.
+      std::vector<int64_t> first, count;
+      m->forward_async(cache, {{&seqs[0], ids, false, false}}, &first, &count);
+      seqs[0].length += prompt;
+      for (int64_t b = 0; b < 64; b += 32) {
+        std::span<const int32_t> chunk(ids.data() + b, 32);
+        m->forward_async(cache, {{&seqs[1], chunk, false, false}, {&seqs[2], chunk, false, false}}, &first, &count);
+        seqs[1].length += 32;
+        seqs[2].length += 32;
+      }
+      // Decode: 6 steps of a batch of 3.
+      for (int step = 0; step < 6; ++step) {
+        std::vector<int32_t> toks = {int32_t(11 + step), int32_t(22 + step), int32_t(33 + step)};
+        std::vector<model::ForwardRequest> reqs;
+        for (int s = 0; s < 3; ++s) reqs.push_back({&seqs[size_t(s)], std::span<const int32_t>(&toks[size_t(s)], 1), false, false});
+        m->forward_async(cache, reqs, &first, &count, graphs == 1, max_len);
+        for (auto& s : seqs) s.length += 1;
+        std::vector<float> host(static_cast<size_t>(3 * vocab));
+        cuda::copy_to_host(host.data(), m->logits_device(), host.size() * sizeof(float), m->stream(), "logits");
+        logits[size_t(graphs)].insert(logits[size_t(graphs)].end(), host.begin(), host.end());
+      }
+      if (graphs) EXPECT_EQ(m->graphs_captured(), 1);
     }
-    // Prefill: sequence 0 in one chunk, sequences 1 and 2 batched in chunks.
-    std::vector<int64_t> first, count;
-    m->forward_async(cache, {{&seqs[0], ids, false, false}}, &first, &count);
-    seqs[0].length += prompt;
-    for (int64_t b = 0; b < 64; b += 32) {
-      std::span<const int32_t> chunk(ids.data() + b, 32);
-      m->forward_async(cache, {{&seqs[1], chunk, false, false}, {&seqs[2], chunk, false, false}}, &first, &count);
-      seqs[1].length += 32;
-      seqs[2].length += 32;
+    float mx = 0, diff = 0;
+    for (size_t i = 0; i < logits[0].size(); ++i) {
+      ASSERT_TRUE(std::isfinite(logits[0][i]) && std::isfinite(logits[1][i])) << i;
+      mx = std::max(mx, std::fabs(logits[0][i]));
+      diff = std::max(diff, std::fabs(logits[0][i] - logits[1][i]));
     }
-    // Decode: 6 steps of a batch of 3.
-    for (int step = 0; step < 6; ++step) {
-      std::vector<int32_t> toks = {int32_t(11 + step), int32_t(22 + step), int32_t(33 + step)};
-      std::vector<model::ForwardRequest> reqs;
-      for (int s = 0; s < 3; ++s) reqs.push_back({&seqs[size_t(s)], std::span<const int32_t>(&toks[size_t(s)], 1), false, false});
-      m->forward_async(cache, reqs, &first, &count, graphs == 1, max_len);
-      for (auto& s : seqs) s.length += 1;
-      std::vector<float> host(static_cast<size_t>(3 * vocab));
-      cuda::copy_to_host(host.data(), m->logits_device(), host.size() * sizeof(float), m->stream(), "logits");
-      logits[size_t(graphs)].insert(logits[size_t(graphs)].end(), host.begin(), host.end());
-    }
-    if (graphs) EXPECT_EQ(m->graphs_captured(), 1);
+    std::printf("  dummy V4-Flash 4 layers, %s experts: max |logit| %.3g, max |graph - eager| %.3g\n", name, mx, diff);
+    EXPECT_GT(mx, 0.0f) << name;
+    EXPECT_LE(diff, 1e-3f * mx) << name;
   }
-  float mx = 0, diff = 0;
-  for (size_t i = 0; i < logits[0].size(); ++i) {
-    ASSERT_TRUE(std::isfinite(logits[0][i]) && std::isfinite(logits[1][i])) << i;
-    mx = std::max(mx, std::fabs(logits[0][i]));
-    diff = std::max(diff, std::fabs(logits[0][i] - logits[1][i]));
-  }
-  std::printf("  dummy V4-Flash 4 layers: max |logit| %.3g, max |graph - eager| %.3g\n", mx, diff);
-  EXPECT_GT(mx, 0.0f);
-  EXPECT_LE(diff, 1e-3f * mx);
 }
 
 }  // namespace
