@@ -23,6 +23,7 @@ namespace {
 
 struct GenerateArgs {
   std::string model, prompt, prompt_ids, device = "cpu", dump_logits, numerics = "reference", load_format = "auto";
+  std::string cuda_kernels = "exact";
   int64_t max_new_tokens = 16, top_k = 0, prefill_chunk = 0, num_layers = 0;
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
@@ -71,7 +72,7 @@ int run_generate(const GenerateArgs& a) {
   check(a.prompt.empty() != a.prompt_ids.empty(), "pass exactly one of --prompt TEXT or --prompt-ids 1,2,3");
   check(a.max_new_tokens >= 1, "--max-new-tokens must be >= 1, got {}", a.max_new_tokens);
   const std::string dir = a.model.empty() ? model::builtin_model_dir() : a.model;
-  const engine::CudaRunOptions cuda_run{true, a.cuda_graphs};
+  const engine::CudaRunOptions cuda_run{a.cuda_kernels == "exact", a.cuda_graphs};
   if (a.load_format == "dummy") {  // random weights of the config's shapes, created on the GPU (performance work)
     check(a.device == "cuda", "--load-format dummy runs on the GPU only; add --device cuda");
     check(!a.prompt_ids.empty(), "--load-format dummy has no tokenizer: pass --prompt-ids");
@@ -155,6 +156,9 @@ CommandRegistration registration{{"generate", "generate tokens with the referenc
       ->check(CLI::IsMember({"auto", "dummy"}));
   app.add_option("--num-layers", a->num_layers, "with --load-format dummy: run the first N layers");
   app.add_flag("--cuda-graph", a->cuda_graphs, "with --device cuda: replay a captured CUDA graph for decode steps");
+  app.add_option("--cuda-kernels", a->cuda_kernels,
+                 "with --device cuda: exact (fp32 activations into every GEMM, the reference engine's logits) or fast (cuBLASLt past 8 rows; MXFP4 experts stay MXFP4 and run the W4A8 GEMM with --numerics checkpoint)")
+      ->check(CLI::IsMember({"exact", "fast"}));
   app.add_option("--speculative-algorithm", a->speculative_algorithm, "speculative decoding: mtp (off when absent)");
   app.add_option("--speculative-num-steps", a->speculative_steps, "MTP draft steps per verify")->check(CLI::Range(1, 16));
   return [a] { return run_generate(*a); };

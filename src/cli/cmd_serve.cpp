@@ -18,6 +18,7 @@ namespace {
 
 struct ServeArgs {
   std::string model, host = "127.0.0.1", profile, served_model_name, numerics = "reference", device = "cpu";
+  std::string cuda_kernels = "exact";
   int port = 30000;
   double memory_gib = 4.0;
   int64_t max_running_requests = 0, max_batch_tokens = 0, max_model_len = 0, default_max_tokens = 256;
@@ -49,6 +50,7 @@ int run_serve(const ServeArgs& a) {
   startup.max_batch_tokens = a.max_batch_tokens;
   startup.max_model_len = a.max_model_len;
   startup.numerics = model::Numerics::parse(a.numerics);
+  startup.cuda_exact = a.cuda_kernels == "exact";
   if (!a.speculative_algorithm.empty()) {
     check(a.speculative_algorithm == "mtp", "--speculative-algorithm '{}' (expected 'mtp')", a.speculative_algorithm);
     startup.speculative_steps = a.speculative_steps;
@@ -100,6 +102,9 @@ CommandRegistration registration{{"serve", "OpenAI-compatible server (default: t
   app.add_option("--default-max-tokens", a->default_max_tokens, "max_tokens of a chat request that gives none");
   app.add_option("--served-model-name", a->served_model_name, "model name in the API (default: the directory name)");
   app.add_option("--numerics", a->numerics, "reference|checkpoint")->check(CLI::IsMember({"reference", "checkpoint"}));
+  app.add_option("--cuda-kernels", a->cuda_kernels,
+                 "with --device cuda: exact (fp32 activations into every GEMM, the reference engine's logits) or fast (cuBLASLt past 8 rows; MXFP4 experts stay MXFP4 and run the W4A8 GEMM with --numerics checkpoint)")
+      ->check(CLI::IsMember({"exact", "fast"}));
   app.add_option("--http-threads", a->threads, "HTTP worker threads (each streaming response holds one)");
   app.add_option("--speculative-algorithm", a->speculative_algorithm, "speculative decoding: mtp (off when absent)");
   app.add_option("--speculative-num-steps", a->speculative_steps, "MTP draft steps per verify (with mtp)")

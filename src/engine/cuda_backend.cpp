@@ -12,9 +12,10 @@ namespace {
 
 class CudaBackend : public ForwardBackend {
  public:
-  CudaBackend(const model::Model& model, const model::Numerics& numerics, int64_t slots, int64_t pages)
+  CudaBackend(const model::Model& model, const model::Numerics& numerics, int64_t slots, int64_t pages, bool exact)
       : numerics_(numerics) {
     model::GpuOptions options;
+    options.exact = exact;
     options.numerics = numerics;
     gpu_ = model::GpuModel::from_model(model, options);
     cache_ = std::make_unique<model::GpuKvCache>(gpu_->kv_layout(), slots, pages);
@@ -46,12 +47,12 @@ class CudaBackend : public ForwardBackend {
 #endif
 
 std::unique_ptr<ForwardBackend> make_cuda_backend(const model::Model& model, const model::Numerics& numerics,
-                                                  int64_t slots, int64_t pages) {
+                                                  int64_t slots, int64_t pages, bool exact) {
 #if MOESERVE_WITH_CUDA
   check(cuda::available(), "--device cuda: {}", cuda::device_info().reason);
-  return std::make_unique<CudaBackend>(model, numerics, slots, pages);
+  return std::make_unique<CudaBackend>(model, numerics, slots, pages, exact);
 #else
-  (void)model, (void)numerics, (void)slots, (void)pages;
+  (void)model, (void)numerics, (void)slots, (void)pages, (void)exact;
   fail("--device cuda: this moeserve was built without the CUDA backend (MOESERVE_CUDA=OFF)");
 #endif
 }

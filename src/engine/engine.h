@@ -25,6 +25,7 @@ struct EngineOptions {
   int64_t max_model_len = 0;  // prompt + max_tokens limit (0: the model's max_position_embeddings)
   model::Numerics numerics;
   int64_t speculative_steps = 0;  // MTP draft steps per verify (0: no speculative decoding)
+  bool cuda_exact = true;         // CUDA backend: the exact parity GEMMs, or the fast ones (model/gpu_model.h)
 };
 
 class Engine {

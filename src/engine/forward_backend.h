@@ -32,7 +32,9 @@ std::unique_ptr<ForwardBackend> make_cpu_backend(std::shared_ptr<const model::Mo
                                                  int64_t slots, int64_t pages);
 // The model's weights uploaded to the GPU, KV pools on the device. Throws a clear error in a build without the
 // CUDA backend or on a machine without a supported GPU. No speculative decoding (the MTP layer is CPU-only).
+// exact: the parity GEMMs (fp32 activations everywhere); otherwise the fast ones (cuBLASLt past 8 rows, MXFP4
+// experts through the W4A8 GEMM under FP8 activations), see model/gpu_model.h.
 std::unique_ptr<ForwardBackend> make_cuda_backend(const model::Model& model, const model::Numerics& numerics,
-                                                  int64_t slots, int64_t pages);
+                                                  int64_t slots, int64_t pages, bool exact = true);
 
 }  // namespace moeserve::engine

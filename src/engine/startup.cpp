@@ -28,6 +28,7 @@ EnginePlan plan_engine(const model::Model& model, const StartupOptions& o) {
   e.max_model_len = o.max_model_len;
   e.numerics = o.numerics;
   e.speculative_steps = o.speculative_steps;
+  e.cuda_exact = o.cuda_exact;
   return result;
 }
 
@@ -36,7 +37,8 @@ std::shared_ptr<Engine> start_engine(std::shared_ptr<const model::Model> model, 
   const EngineOptions& o = plan.options;
   if (device == "cuda") {
     check(o.speculative_steps == 0, "--speculative-algorithm runs on --device cpu only for now");
-    return std::make_shared<Engine>(make_cuda_backend(*model, o.numerics, o.limits.max_running_requests, o.kv_pages),
+    return std::make_shared<Engine>(make_cuda_backend(*model, o.numerics, o.limits.max_running_requests, o.kv_pages,
+                                                      o.cuda_exact),
                                     std::move(decoder), o);
   }
   return std::make_shared<Engine>(std::move(model), std::move(decoder), o);

@@ -18,6 +18,7 @@ struct StartupOptions {
   int64_t max_model_len = 0;         // 0: the model's (capped by the KV capacity)
   model::Numerics numerics;
   int64_t speculative_steps = 0;     // MTP draft steps (0: off)
+  bool cuda_exact = true;            // --cuda-kernels exact|fast
 };
 
 struct EnginePlan {
