@@ -2,7 +2,7 @@
 # On the GPU machine (device tool): build (or take prebuilt binaries), run every GPU test and every GPU
 # benchmark, print one short table. Logs go under $OUT (or ./device-out).
 # Usage: bash scripts/device-check.sh [--prebuilt DIR] [bench-filter-regex]
-#   --prebuilt DIR: binaries made by scripts/device-prepare.sh on the CPU machine and carried with the call
+#   --prebuilt DIR|FILE.tar.xz: binaries made by scripts/device-prepare.sh on the CPU machine and carried with the call
 #   (the GPU machine's image has CUDA and cmake but not the Debian -dev packages the full build needs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +15,10 @@ export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 start=$(date +%s)
 BIN=build-device
+if [ -n "$PREBUILT" ] && [[ "$PREBUILT" == *.tar.xz ]]; then  # packed by device-prepare.sh
+  rm -rf build-prebuilt && mkdir -p build-prebuilt && tar xJf "$PREBUILT" -C build-prebuilt
+  PREBUILT=build-prebuilt
+fi
 if [ -n "$PREBUILT" ]; then
   BIN=$PREBUILT
   export LD_LIBRARY_PATH=$PWD/$PREBUILT:${LD_LIBRARY_PATH:-}

@@ -2,6 +2,8 @@
 # On this (CPU) machine: build the GPU test and benchmark binaries and gather them, with the shared libraries
 # the GPU machine's image lacks (Debian's httplib, spdlog, fmt, pcre2, brotli), into .device-bin/ — carry
 # that folder with the device call and run `bash scripts/device-check.sh --prebuilt .device-bin` there.
+# The binaries are also packed as .device-bin.tar.xz (~5 MB instead of ~30): carry that when the tree plus the
+# folder would pass the device tool's 64 MiB carry limit (`--prebuilt .device-bin.tar.xz` unpacks it there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
@@ -16,4 +18,5 @@ for lib in libspdlog.so.1.10 libfmt.so.9 libpcre2-8.so.0 libcpp-httplib.so.0.11 
   cp -L "/lib/x86_64-linux-gnu/$lib" .device-bin/
 done
 pwd > .device-bin/source_dir  # the binaries read fixtures and models/ under the path they were built in
-du -sh .device-bin
+tar cJf .device-bin.tar.xz -C .device-bin .
+du -sh .device-bin .device-bin.tar.xz
