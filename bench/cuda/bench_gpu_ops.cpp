@@ -4,12 +4,14 @@
 // 784 TFLOP/s bf16 and 1418 TFLOP/s fp8 dense; fp32 SIMT ~60 TFLOP/s for the fp32 kernels).
 // Timing: each op's launches captured in a CUDA graph, replayed, cudaEvent time / launches; weights rotate over
 // copies larger than the L2 so that decode-shape reads come from HBM. Usage: bench_gpu_ops [filter-substring]
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -416,10 +418,16 @@ void bench_layer_decode(cuda::Blas& blas) {
       cudaEventCreate(&a);
       cudaEventCreate(&b);
       const int reps = 10;
+      // MOESERVE_PROFILE_LAYER_B=1: a profiler range (nsys --capture-range=cudaProfilerApi) around the timed
+      // replays of the 4-layer MXFP4-expert model at that batch, for a per-kernel breakdown.
+      const char* prof_b = std::getenv("MOESERVE_PROFILE_LAYER_B");
+      const bool profile = prof_b && std::atoi(prof_b) == B && mxfp4 && layers == 4;
+      if (profile) cudaProfilerStart();
       cudaEventRecord(a, m->stream());
       for (int i = 0; i < reps; ++i) m->forward_async(cache, reqs, &first, &count, true, ctx + 64);
       cudaEventRecord(b, m->stream());
       MOESERVE_CUDA_CHECK(cudaEventSynchronize(b));
+      if (profile) cudaProfilerStop();
       float ms;
       cudaEventElapsedTime(&ms, a, b);
       step[li] = ms * 1000.0 / reps;

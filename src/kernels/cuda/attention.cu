@@ -298,12 +298,19 @@ cudaError_t launch_nc(const BatchDesc& b, const AttentionArgs& a, cudaStream_t s
   }
 }
 
-int heads_per_warp(int H) { return H % 16 == 0 ? 4 : H % 8 == 0 ? 2 : 1; }
+// Heads per warp: 4 while (token, head block, key split) blocks fill at least half the chip; fewer (more,
+// shorter blocks) when they do not — a decode step of one token over a 128-key window made 16 blocks.
+int heads_per_warp(int H, int T, int max_keys) {
+  const int64_t key_splits = max_keys > kTile ? (max_keys + kTile - 1) / kTile : 1;
+  for (int hpw : {4, 2})
+    if (H % (kWarps * hpw) == 0 && int64_t(T) * (H / (kWarps * hpw)) * key_splits >= 66) return hpw;
+  return 1;
+}
 
 }  // namespace
 
 int attention_splits(int T, int H, int max_keys) {
-  const int hb = kWarps * heads_per_warp(H);
+  const int hb = kWarps * heads_per_warp(H, T, max_keys);
   const int base = T * (H / hb);
   const int max_splits = (max_keys + kTile - 1) / kTile;
   int splits = (264 + base - 1) / base;  // about two blocks per multiprocessor
@@ -318,7 +325,7 @@ cudaError_t sparse_attention(const BatchDesc& b, const AttentionArgs& a, cudaStr
   if (b.T == 0) return cudaSuccess;
   if (a.H % 4 || a.hd % 4 || a.hd > 512 || a.rope_dim % 4 || a.splits < 1 || (a.splits > 1 && !a.partial))
     return cudaErrorInvalidValue;
-  switch (heads_per_warp(a.H)) {
+  switch (heads_per_warp(a.H, b.T, a.max_keys)) {
     case 4: return launch_nc<4>(b, a, stream);
     case 2: return launch_nc<2>(b, a, stream);
     default: return launch_nc<1>(b, a, stream);

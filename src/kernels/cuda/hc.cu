@@ -62,13 +62,14 @@ __global__ void __launch_bounds__(kMixThreads) hc_mix_kernel(const float* h, int
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // One block per token. The split sums are spread over the warps (lanes stride over the splits); warp 0 then
-// evaluates pre / post and the Sinkhorn iterations with one matrix element per lane.
+// evaluates post and the Sinkhorn iterations with one matrix element per lane while the other warps collapse
+// the streams with the pre weights and RMS-normalise the row, so the two latency-bound parts overlap (at one
+// decode token the kernel is a single block).
 __global__ void hc_finish_kernel(const float* partial, int splits, const float* h, int T, int hc, int dim, int mix,
                                  const float* base, const float* scale, int iters, float hc_eps, float norm_eps,
                                  const float* norm_w, float* collapsed, float* post, float* comb) {
   extern __shared__ float row[];  // [dim]
   __shared__ float mixes[64];
-  __shared__ float pre[8];
   __shared__ float cs[32];
   __shared__ double red[32];
   const int t = blockIdx.x;
@@ -81,9 +82,10 @@ __global__ void hc_finish_kernel(const float* partial, int splits, const float* 
     if (lane == 0) mixes[m] = float(s);
   }
   __syncthreads();
+  const float r = float(1.0 / sqrt(double(mixes[mix]) / double(width) + double(norm_eps)));
   if (warp == 0) {
-    const float r = float(1.0 / sqrt(double(mixes[mix]) / double(width) + double(norm_eps)));
-    if (lane < hc) pre[lane] = sigmoidf(mixes[lane] * r * scale[0] + base[lane]) + hc_eps;
+    // post and the Sinkhorn iterations (latency-bound, one matrix element per lane) run in warp 0 while the
+    // other warps collapse the streams.
     if (mix > hc) {
       if (lane < hc) post[size_t(t) * hc + lane] = 2.0f * sigmoidf(mixes[hc + lane] * r * scale[1] + base[hc + lane]);
       const bool act = lane < hc * hc;
@@ -119,23 +121,35 @@ __global__ void hc_finish_kernel(const float* partial, int splits, const float* 
       }
       if (act) comb[size_t(t) * hc * hc + lane] = c;
     }
+    return;
   }
-  __syncthreads();
+  // Warps 1..: the pre weights (each thread evaluates the hc sigmoids itself: no barrier), the collapsed row
+  // and its RMS norm, reduced among these warps with a named barrier.
+  float pre[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) pre[j] = j < hc ? sigmoidf(mixes[j] * r * scale[0] + base[j]) + hc_eps : 0.0f;
+  const int tid = threadIdx.x - 32, nthreads = blockDim.x - 32;
   const float* ht = h + size_t(t) * width;
   double ss = 0;
-  for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+  for (int d = tid; d < dim; d += nthreads) {
     float acc = 0;
-    for (int j = 0; j < hc; ++j) acc += pre[j] * ht[size_t(j) * dim + d];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      if (j < hc) acc += pre[j] * ht[size_t(j) * dim + d];
     row[d] = acc;
     ss += double(acc) * double(acc);
   }
   float* out = collapsed + size_t(t) * dim;
   if (norm_w) {
-    ss = block_sum(ss, red);
-    const float s = float(1.0 / sqrt(ss / double(dim) + double(norm_eps)));
-    for (int d = threadIdx.x; d < dim; d += blockDim.x) out[d] = row[d] * s * norm_w[d];
+    ss = warp_sum(ss);
+    if (lane == 0) red[warp] = ss;
+    asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
+    double total = 0;
+    for (int w = 1; w < warps; ++w) total += red[w];
+    const float sc = float(1.0 / sqrt(total / double(dim) + double(norm_eps)));
+    for (int d = tid; d < dim; d += nthreads) out[d] = row[d] * sc * norm_w[d];
   } else {
-    for (int d = threadIdx.x; d < dim; d += blockDim.x) out[d] = row[d];
+    for (int d = tid; d < dim; d += nthreads) out[d] = row[d];
   }
 }
 
