@@ -23,7 +23,7 @@ namespace {
 
 struct GenerateArgs {
   std::string model, prompt, prompt_ids, device = "cpu", dump_logits, numerics = "reference", load_format = "auto";
-  std::string cuda_kernels = "exact";
+  std::string cuda_kernels;  // "" = exact
   int64_t max_new_tokens = 16, top_k = 0, prefill_chunk = 0, num_layers = 0;
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
@@ -72,7 +72,9 @@ int run_generate(const GenerateArgs& a) {
   check(a.prompt.empty() != a.prompt_ids.empty(), "pass exactly one of --prompt TEXT or --prompt-ids 1,2,3");
   check(a.max_new_tokens >= 1, "--max-new-tokens must be >= 1, got {}", a.max_new_tokens);
   const std::string dir = a.model.empty() ? model::builtin_model_dir() : a.model;
-  const engine::CudaRunOptions cuda_run{a.cuda_kernels == "exact", a.cuda_graphs};
+  check(a.device == "cuda" || (a.cuda_kernels.empty() && !a.cuda_graphs),
+        "--cuda-kernels and --cuda-graph apply to --device cuda only (the CPU engine is the reference)");
+  const engine::CudaRunOptions cuda_run{a.cuda_kernels != "fast", a.cuda_graphs};
   if (a.load_format == "dummy") {  // random weights of the config's shapes, created on the GPU (performance work)
     check(a.device == "cuda", "--load-format dummy runs on the GPU only; add --device cuda");
     check(!a.prompt_ids.empty(), "--load-format dummy has no tokenizer: pass --prompt-ids");

@@ -18,7 +18,7 @@ namespace {
 
 struct ServeArgs {
   std::string model, host = "127.0.0.1", profile, served_model_name, numerics = "reference", device = "cpu";
-  std::string cuda_kernels = "exact";
+  std::string cuda_kernels;  // "" = exact
   int port = 30000;
   double memory_gib = 4.0;
   int64_t max_running_requests = 0, max_batch_tokens = 0, max_model_len = 0, default_max_tokens = 256;
@@ -34,6 +34,8 @@ void on_signal(int) {
 
 int run_serve(const ServeArgs& a) {
   namespace fs = std::filesystem;
+  check(a.device == "cuda" || a.cuda_kernels.empty(),
+        "--cuda-kernels applies to --device cuda only (the CPU engine is the reference)");
   const std::string dir = a.model.empty() ? model::builtin_model_dir() : a.model;
   auto model = model::Model::load(dir);
   std::shared_ptr<const server::Tokenizer> tokenizer;
@@ -50,7 +52,7 @@ int run_serve(const ServeArgs& a) {
   startup.max_batch_tokens = a.max_batch_tokens;
   startup.max_model_len = a.max_model_len;
   startup.numerics = model::Numerics::parse(a.numerics);
-  startup.cuda_exact = a.cuda_kernels == "exact";
+  startup.cuda_exact = a.cuda_kernels != "fast";
   if (!a.speculative_algorithm.empty()) {
     check(a.speculative_algorithm == "mtp", "--speculative-algorithm '{}' (expected 'mtp')", a.speculative_algorithm);
     startup.speculative_steps = a.speculative_steps;

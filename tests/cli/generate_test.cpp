@@ -58,5 +58,21 @@ TEST(GenerateCli, BadModelDirectory) {
   EXPECT_NE(r.err.find("missing config field 'vocab_size'"), std::string::npos) << r.err;
 }
 
+TEST(GenerateCli, CudaOnlyFlagsNamedOnTheCpu) {
+  const std::string base = "generate --model " + testing::model_fixture("tiny_hf") + " --prompt-ids 1,2 --max-new-tokens 1";
+  for (const char* flag : {" --cuda-kernels fast", " --cuda-kernels exact", " --cuda-graph"}) {
+    auto r = run_moeserve(base + flag);
+    EXPECT_NE(r.status, 0) << flag;
+    EXPECT_TRUE(r.out.empty()) << flag;
+    EXPECT_NE(r.err.find("apply to --device cuda only"), std::string::npos) << flag << ": " << r.err;
+  }
+  auto r = run_moeserve(base + " --device cuda --cuda-kernels quick");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("--cuda-kernels"), std::string::npos) << r.err;
+  r = run_moeserve("serve --cuda-kernels fast --port 0");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("--cuda-kernels applies to --device cuda only"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace moeserve
