@@ -121,6 +121,74 @@ __global__ void route_place_kernel(const int* topk_ids, int S, int E, int cap, c
   }
 }
 
+// Small batches (all slots in one routing chunk): histogram, expert starts and the stable placement in one
+// block instead of a memset and three launches (a decode step's routing is launch-bound).
+__global__ void route_small_kernel(const int* topk_ids, int S, int E, int cap, int rows, int* counts,
+                                   int* row_of_slot, int* slot_of_row) {
+  __shared__ int seen[kMaxE];  // the histogram, then the running rank per expert during placement
+  __shared__ int start[kMaxE];
+  __shared__ int warp_base[32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int r = tid; r < rows; r += blockDim.x) slot_of_row[r] = -1;
+  for (int e = tid; e < kMaxE; e += blockDim.x) seen[e] = 0;
+  __syncthreads();
+  for (int s = tid; s < S; s += blockDim.x) atomicAdd(&seen[topk_ids[s]], 1);
+  __syncthreads();
+  // Exclusive scan of the totals over the experts: threads 0..kMaxE-1, one expert each.
+  int total = 0, incl = 0;
+  if (tid < kMaxE) {
+    total = tid < E ? seen[tid] : 0;
+    incl = total;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int n = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += n;
+    }
+    if (lane == 31) warp_base[warp] = incl;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int w = lane < kMaxE / 32 ? warp_base[lane] : 0;
+    int x = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int n = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o) x += n;
+    }
+    warp_base[lane] = x - w;  // exclusive
+  }
+  __syncthreads();
+  if (tid < E) {
+    counts[tid] = cap > 0 ? min(total, cap) : total;
+    start[tid] = cap > 0 ? tid * cap : warp_base[warp] + incl - total;
+    seen[tid] = 0;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  // Placement in slot order (stable within an expert), 32 slots per step: rank by match_any.
+  for (int base = 0; base < S; base += 32) {
+    const int s = base + lane;
+    const bool valid = s < S;
+    const int e = valid ? topk_ids[s] : -1 - lane;  // distinct dummies never match real experts
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const int rank_in_warp = __popc(peers & ((1u << lane) - 1));
+    const int before = valid ? seen[e] : 0;
+    __syncwarp();
+    if (valid) {
+      const int rank = before + rank_in_warp;
+      if (cap > 0 && rank >= cap) {
+        row_of_slot[s] = -1;
+      } else {
+        const int row = start[e] + rank;
+        row_of_slot[s] = row;
+        slot_of_row[row] = s;
+      }
+      if (rank_in_warp == 0) seen[e] = before + __popc(peers);
+    }
+    __syncwarp();
+  }
+}
+
 // Eight consecutive inputs as fp32: bf16 (one 16-byte load) or fp32 (two).
 __device__ __forceinline__ void load8(const uint16_t* p, bool active, float (&v)[8]) {
   const uint4 raw = active ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
@@ -225,9 +293,13 @@ cudaError_t moe_route_rows(const int* topk_ids, int T, int topk, int E, int cap,
   if (T <= 0 || topk <= 0 || E <= 0 || E > kMaxE || workspace_bytes < moe_route_rows_workspace(T, topk, E))
     return cudaErrorInvalidValue;
   const int nblk = (S + kRouteChunk - 1) / kRouteChunk;
+  const size_t rows = cap > 0 ? size_t(E) * cap : size_t(S);
+  if (nblk == 1) {
+    route_small_kernel<<<1, 1024, 0, stream>>>(topk_ids, S, E, cap, int(rows), counts, row_of_slot, slot_of_row);
+    return cudaGetLastError();
+  }
   int* hist = static_cast<int*>(workspace);
   int* start = hist + size_t(nblk) * E;
-  const size_t rows = cap > 0 ? size_t(E) * cap : size_t(S);
   cudaError_t err = cudaMemsetAsync(slot_of_row, 0xff, rows * sizeof(int), stream);
   if (err != cudaSuccess) return err;
   route_hist_kernel<<<nblk, 256, 0, stream>>>(topk_ids, S, E, hist);

@@ -388,8 +388,16 @@ std::vector<int> random_topk(std::mt19937& rng, int T, int topk, int E, bool zip
 TEST(MoeW4A8Gpu, RouteRowsMatchesReference) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(test_seed("route_rows"));
-  for (int cap : {0, 24}) {
-    const int T = 3000, topk = 6, E = 256;
+  // T * topk <= 1024 takes the one-block path (decode), larger the multi-block one.
+  struct Case {
+    int T, E, cap;
+  };
+  std::vector<Case> cases;
+  for (int T : {1, 97, 170, 171, 3000})
+    for (int E : {256, 384})
+      for (int cap : {0, 24}) cases.push_back({T, E, cap});
+  for (const auto& [T, E, cap] : cases) {
+    const int topk = 6;
     const std::vector<int> ids = random_topk(rng, T, topk, E, true);
     const int rows = cap > 0 ? E * cap : T * topk;
     std::vector<int> counts(E), ros(T * topk), sor(rows);
@@ -400,9 +408,9 @@ TEST(MoeW4A8Gpu, RouteRowsMatchesReference) {
     dros.poison();
     ASSERT_EQ(cuda::moe_route_rows(dids.p, T, topk, E, cap, dcounts.p, dros.p, dsor.p, ws.p, ws.n, nullptr), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(dcounts.download(), counts) << "cap " << cap;
-    EXPECT_EQ(dros.download(), ros) << "cap " << cap;
-    EXPECT_EQ(dsor.download(), sor) << "cap " << cap;
+    EXPECT_EQ(dcounts.download(), counts) << "T " << T << " E " << E << " cap " << cap;
+    EXPECT_EQ(dros.download(), ros) << "T " << T << " E " << E << " cap " << cap;
+    EXPECT_EQ(dsor.download(), sor) << "T " << T << " E " << E << " cap " << cap;
   }
 }
 
