@@ -8,7 +8,9 @@
 #include "core/error.h"
 #include "kernels/cpu/moe_w4a8_pack.h"
 #include "kernels/cpu/quant.h"
+#include "core/threads.h"
 #include "kernels/cuda/device.h"
+#include "model/mxfp4_experts.h"
 
 namespace moeserve::model {
 
@@ -167,27 +169,9 @@ cuda::MoeW4A8Weights GpuMxfp4Experts::w2_view() const {
   return v;
 }
 
-bool GpuMxfp4Experts::shape_ok(int D, int I) { return D % 256 == 0 && I % 256 == 0; }  // N: 2I and D, K: D and I
-
-namespace {
+bool GpuMxfp4Experts::shape_ok(int D, int I) { return mxfp4_experts_shape_ok(D, I); }
 
 namespace pk = kernels::cpu;
-
-// Packs one [N, K] matrix made of the row blocks `parts` (each MXFP4 [rows, K]) into `packed` / `flags`.
-void pack_parts(const std::vector<const LinearWeight*>& parts, int K, uint8_t* packed, uint64_t* flags) {
-  int N = 0;
-  for (const LinearWeight* p : parts) N += int(p->out);
-  std::vector<uint8_t> weight(size_t(N) * (K / 2)), scale(size_t(N) * (K / 32));
-  size_t row = 0;
-  for (const LinearWeight* p : parts) {
-    std::memcpy(weight.data() + row * (K / 2), p->weight.raw(), size_t(p->out) * (K / 2));
-    std::memcpy(scale.data() + row * (K / 32), p->scale.raw(), size_t(p->out) * (K / 32));
-    row += size_t(p->out);
-  }
-  pk::moe_w4a8_pack_expert(weight.data(), scale.data(), N, K, packed, flags);
-}
-
-}  // namespace
 
 GpuMxfp4Experts GpuMxfp4Experts::upload(const std::vector<ExpertWeights>& experts, const std::string& name) {
   check(!experts.empty(), "internal: {} has no experts", name);
@@ -195,29 +179,24 @@ GpuMxfp4Experts GpuMxfp4Experts::upload(const std::vector<ExpertWeights>& expert
   g.E = int(experts.size());
   g.D = int(experts[0].w1.in);
   g.I = int(experts[0].w1.out);
-  check(shape_ok(g.D, g.I), "internal: {}: D {} / I {} do not fit the W4A8 GEMM", name, g.D, g.I);
   const size_t b13 = pk::moe_w4a8_packed_expert_bytes(2 * g.I, g.D), b2 = pk::moe_w4a8_packed_expert_bytes(g.D, g.I);
   const size_t f13 = pk::moe_w4a8_flag_expert_words(2 * g.I, g.D), f2 = pk::moe_w4a8_flag_expert_words(g.D, g.I);
   g.w13 = cuda::DeviceBuffer(b13 * g.E, name + " w1+w3 (mxfp4)");
   g.w13_flags = cuda::DeviceBuffer(f13 * 8 * g.E, name + " w1+w3 flags");
   g.w2 = cuda::DeviceBuffer(b2 * g.E, name + " w2 (mxfp4)");
   g.w2_flags = cuda::DeviceBuffer(f2 * 8 * g.E, name + " w2 flags");
-  std::vector<uint8_t> packed(std::max(b13, b2));
-  std::vector<uint64_t> flags(std::max(f13, f2));
-  for (int e = 0; e < g.E; ++e) {
-    const ExpertWeights& x = experts[size_t(e)];
-    for (const LinearWeight* w : {&x.w1, &x.w3, &x.w2})
-      check(w->format == WeightFormat::Mxfp4, "internal: {} is not MXFP4", w->name);
-    check(x.w1.in == g.D && x.w3.in == g.D && x.w1.out == g.I && x.w3.out == g.I && x.w2.out == g.D && x.w2.in == g.I,
-          "internal: {} expert {} has another shape", name, e);
-    pack_parts({&x.w1, &x.w3}, g.D, packed.data(), flags.data());
-    cuda::copy_to_device(static_cast<uint8_t*>(g.w13.data()) + size_t(e) * b13, packed.data(), b13, nullptr, name.c_str());
-    cuda::copy_to_device(static_cast<uint64_t*>(g.w13_flags.data()) + size_t(e) * f13, flags.data(), f13 * 8, nullptr,
+  // Batches of experts packed in parallel on the host, then copied.
+  const int batch = std::max(1, worker_count());
+  for (int first = 0; first < g.E; first += batch) {
+    const PackedMxfp4Experts p = pack_mxfp4_experts(experts, first, std::min(batch, g.E - first));
+    cuda::copy_to_device(static_cast<uint8_t*>(g.w13.data()) + size_t(first) * b13, p.w13.data(), p.w13.size(), nullptr,
                          name.c_str());
-    pack_parts({&x.w2}, g.I, packed.data(), flags.data());
-    cuda::copy_to_device(static_cast<uint8_t*>(g.w2.data()) + size_t(e) * b2, packed.data(), b2, nullptr, name.c_str());
-    cuda::copy_to_device(static_cast<uint64_t*>(g.w2_flags.data()) + size_t(e) * f2, flags.data(), f2 * 8, nullptr,
+    cuda::copy_to_device(static_cast<uint64_t*>(g.w13_flags.data()) + size_t(first) * f13, p.w13_flags.data(),
+                         p.w13_flags.size() * 8, nullptr, name.c_str());
+    cuda::copy_to_device(static_cast<uint8_t*>(g.w2.data()) + size_t(first) * b2, p.w2.data(), p.w2.size(), nullptr,
                          name.c_str());
+    cuda::copy_to_device(static_cast<uint64_t*>(g.w2_flags.data()) + size_t(first) * f2, p.w2_flags.data(),
+                         p.w2_flags.size() * 8, nullptr, name.c_str());
   }
   return g;
 }
