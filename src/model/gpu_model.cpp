@@ -150,14 +150,7 @@ void GpuModel::ensure_workspace(const Plan& p) {
     if (s.attention == io::AttentionKind::CSA) comp = std::min<int>(int(c.index_topk), (p.max_pos + 1) / int(s.compress_ratio));
     max_keys = std::max(max_keys, int(c.sliding_window) + comp);
   }
-  // Key splits depend on the batch's token count (fewer tokens, more splits): size the partials for the worst.
-  attn_splits_max_ = 1;
-  size_t attn_floats = 0;
-  for (int t = 1; t <= int(T); ++t) {
-    const int sp = cuda::attention_splits(t, int(H), max_keys);
-    attn_splits_max_ = std::max(attn_splits_max_, sp);
-    attn_floats = std::max(attn_floats, cuda::attention_workspace_floats(t, int(H), int(hd), sp));
-  }
+  attn_splits_max_ = cuda::attention_splits(int(T), int(H), max_keys);
   const size_t splits = size_t(cuda::hc_mix_splits(int(hc * D)));
   auto f = [&](int id, size_t n) { return static_cast<float*>(bufs_[id].get(std::max<size_t>(n, 1) * 4, &generation_)); };
   auto i = [&](int id, size_t n) { return static_cast<int*>(bufs_[id].get(std::max<size_t>(n, 1) * 4, &generation_)); };
@@ -178,7 +171,7 @@ void GpuModel::ensure_workspace(const Plan& p) {
   topk_ = i(14, T * size_t(std::max<int64_t>(1, c.index_topk)));
   o_ = f(15, T * H * hd);
   grouped_ = f(16, T * size_t(c.o_groups * c.o_lora_rank));
-  attn_partial_ = f(17, attn_floats);
+  attn_partial_ = f(17, cuda::attention_workspace_floats(int(T), int(H), int(hd), attn_splits_max_));
   gate_logits_ = f(18, T * E);
   chosen_ = i(19, TK);
   route_w_ = f(20, TK);
