@@ -118,7 +118,7 @@ GenerateResult generate_cuda_dummy(const io::ModelConfig& config, int64_t num_la
   // MXFP4 experts (expert_dtype fp4) run through the W4A8 GEMM, which quantizes activations to FP8: only
   // outside the exact numerics; there they are FP8.
   const bool fp4 = fp8 && config.expert_dtype == "fp4" && !run.exact &&
-                   model::GpuMxfp4Experts::shape_ok(int(config.hidden_size), int(config.moe_intermediate_size));
+                   model::mxfp4_experts_shape_ok(config.hidden_size, config.moe_intermediate_size);
   auto m = GpuModel::dummy(config, num_layers, t, fp4 ? cuda::WeightType::MXFP4 : t, options.seed + 1,
                            {run.exact, options.numerics});
   return run_generate(*m, prompt, options, run);

@@ -6,11 +6,10 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/threads.h"
 #include "kernels/cpu/moe_w4a8_pack.h"
 #include "kernels/cpu/quant.h"
-#include "core/threads.h"
 #include "kernels/cuda/device.h"
-#include "model/mxfp4_experts.h"
 
 namespace moeserve::model {
 
@@ -169,33 +168,32 @@ cuda::MoeW4A8Weights GpuMxfp4Experts::w2_view() const {
   return v;
 }
 
-bool GpuMxfp4Experts::shape_ok(int D, int I) { return mxfp4_experts_shape_ok(D, I); }
-
 namespace pk = kernels::cpu;
+
+GpuMxfp4Experts GpuMxfp4Experts::allocate(int E, int D, int I, const std::string& name) {
+  GpuMxfp4Experts g;
+  g.E = E, g.D = D, g.I = I;
+  g.w13 = cuda::DeviceBuffer(pk::moe_w4a8_packed_expert_bytes(2 * I, D) * E, name + " w1+w3 (mxfp4)");
+  g.w13_flags = cuda::DeviceBuffer(pk::moe_w4a8_flag_expert_words(2 * I, D) * 8 * E, name + " w1+w3 flags");
+  g.w2 = cuda::DeviceBuffer(pk::moe_w4a8_packed_expert_bytes(D, I) * E, name + " w2 (mxfp4)");
+  g.w2_flags = cuda::DeviceBuffer(pk::moe_w4a8_flag_expert_words(D, I) * 8 * E, name + " w2 flags");
+  return g;
+}
 
 GpuMxfp4Experts GpuMxfp4Experts::upload(const std::vector<ExpertWeights>& experts, const std::string& name) {
   check(!experts.empty(), "internal: {} has no experts", name);
-  GpuMxfp4Experts g;
-  g.E = int(experts.size());
-  g.D = int(experts[0].w1.in);
-  g.I = int(experts[0].w1.out);
-  const size_t b13 = pk::moe_w4a8_packed_expert_bytes(2 * g.I, g.D), b2 = pk::moe_w4a8_packed_expert_bytes(g.D, g.I);
-  const size_t f13 = pk::moe_w4a8_flag_expert_words(2 * g.I, g.D), f2 = pk::moe_w4a8_flag_expert_words(g.D, g.I);
-  g.w13 = cuda::DeviceBuffer(b13 * g.E, name + " w1+w3 (mxfp4)");
-  g.w13_flags = cuda::DeviceBuffer(f13 * 8 * g.E, name + " w1+w3 flags");
-  g.w2 = cuda::DeviceBuffer(b2 * g.E, name + " w2 (mxfp4)");
-  g.w2_flags = cuda::DeviceBuffer(f2 * 8 * g.E, name + " w2 flags");
+  GpuMxfp4Experts g = allocate(int(experts.size()), int(experts[0].w1.in), int(experts[0].w1.out), name);
   // Batches of experts packed in parallel on the host, then copied.
   const int batch = std::max(1, worker_count());
   for (int first = 0; first < g.E; first += batch) {
     const PackedMxfp4Experts p = pack_mxfp4_experts(experts, first, std::min(batch, g.E - first));
-    cuda::copy_to_device(static_cast<uint8_t*>(g.w13.data()) + size_t(first) * b13, p.w13.data(), p.w13.size(), nullptr,
-                         name.c_str());
-    cuda::copy_to_device(static_cast<uint64_t*>(g.w13_flags.data()) + size_t(first) * f13, p.w13_flags.data(),
+    cuda::copy_to_device(static_cast<uint8_t*>(g.w13.data()) + first * p.w13_bytes, p.w13.data(), p.w13.size(),
+                         nullptr, name.c_str());
+    cuda::copy_to_device(static_cast<uint64_t*>(g.w13_flags.data()) + first * p.w13_flag_words, p.w13_flags.data(),
                          p.w13_flags.size() * 8, nullptr, name.c_str());
-    cuda::copy_to_device(static_cast<uint8_t*>(g.w2.data()) + size_t(first) * b2, p.w2.data(), p.w2.size(), nullptr,
+    cuda::copy_to_device(static_cast<uint8_t*>(g.w2.data()) + first * p.w2_bytes, p.w2.data(), p.w2.size(), nullptr,
                          name.c_str());
-    cuda::copy_to_device(static_cast<uint64_t*>(g.w2_flags.data()) + size_t(first) * f2, p.w2_flags.data(),
+    cuda::copy_to_device(static_cast<uint64_t*>(g.w2_flags.data()) + first * p.w2_flag_words, p.w2_flags.data(),
                          p.w2_flags.size() * 8, nullptr, name.c_str());
   }
   return g;
@@ -203,15 +201,9 @@ GpuMxfp4Experts GpuMxfp4Experts::upload(const std::vector<ExpertWeights>& expert
 
 GpuMxfp4Experts GpuMxfp4Experts::random(int E, int D, int I, uint64_t seed, cudaStream_t stream,
                                         const std::string& name) {
-  check(shape_ok(D, I), "--load-format dummy: MXFP4 experts need hidden_size % 256 == 0 and "
-                        "moe_intermediate_size % 256 == 0 (the W4A8 GEMM's tiles); got {} and {}", D, I);
-  GpuMxfp4Experts g;
-  g.E = E, g.D = D, g.I = I;
-  const size_t b13 = pk::moe_w4a8_packed_expert_bytes(2 * I, D), b2 = pk::moe_w4a8_packed_expert_bytes(D, I);
-  g.w13 = cuda::DeviceBuffer(b13 * E, name + " w1+w3 (mxfp4)");
-  g.w13_flags = cuda::DeviceBuffer(pk::moe_w4a8_flag_expert_words(2 * I, D) * 8 * E, name + " w1+w3 flags");
-  g.w2 = cuda::DeviceBuffer(b2 * E, name + " w2 (mxfp4)");
-  g.w2_flags = cuda::DeviceBuffer(pk::moe_w4a8_flag_expert_words(D, I) * 8 * E, name + " w2 flags");
+  check(mxfp4_experts_shape_ok(D, I), "--load-format dummy: MXFP4 experts need hidden_size % 256 == 0 and "
+        "moe_intermediate_size % 256 == 0 (the W4A8 GEMM's tiles); got {} and {}", D, I);
+  GpuMxfp4Experts g = allocate(E, D, I, name);
   // Uniform e2m1 codes have an RMS of about 2.9; scales 2^[R - 2, R] put a row's RMS near 1/sqrt(K).
   auto ref_exp = [](int K) { return 127 + int(std::lround(std::log2(1.0 / (2.9 * std::sqrt(double(K)))))) + 1; };
   MOESERVE_CUDA_CHECK(cuda::moe_w4a8_fill_random(static_cast<uint8_t*>(g.w13.data()), E, 2 * I, D, ref_exp(D), 2,
@@ -307,7 +299,7 @@ GpuWeights GpuWeights::upload(const io::ModelConfig& c, const ModelWeights& w, b
       w2.push_back(&x.w2);
     }
     const int E = int(m.experts.size());
-    bool packed = mxfp4_experts && GpuMxfp4Experts::shape_ok(int(c.hidden_size), int(c.moe_intermediate_size));
+    bool packed = mxfp4_experts && mxfp4_experts_shape_ok(c.hidden_size, c.moe_intermediate_size);
     for (const LinearWeight* x : w13) packed &= x->format == WeightFormat::Mxfp4;
     if (packed) {
       L.experts_mxfp4 = GpuMxfp4Experts::upload(m.experts, p + ".ffn.experts");

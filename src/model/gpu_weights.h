@@ -17,6 +17,7 @@
 #include "kernels/cuda/moe_w4a8.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
+#include "model/mxfp4_experts.h"
 #include "model/weights.h"
 
 namespace moeserve::model {
@@ -68,12 +69,13 @@ struct GpuMxfp4Experts {
   size_t bytes() const { return w13.bytes() + w13_flags.bytes() + w2.bytes() + w2_flags.bytes(); }
   cuda::MoeW4A8Weights w13_view() const;
   cuda::MoeW4A8Weights w2_view() const;
-  // The W4A8 GEMM's shape rules for both matrices (N % 128, K % 256).
-  static bool shape_ok(int D, int I);
   // From the loaded MXFP4 experts (every expert's w1/w3/w2 must be WeightFormat::Mxfp4).
   static GpuMxfp4Experts upload(const std::vector<ExpertWeights>& experts, const std::string& name);
   // Random codes with scales around 1/sqrt(K) (performance work).
   static GpuMxfp4Experts random(int E, int D, int I, uint64_t seed, cudaStream_t stream, const std::string& name);
+
+ private:
+  static GpuMxfp4Experts allocate(int E, int D, int I, const std::string& name);  // device buffers, uninitialised
 };
 
 struct GpuCompressor {
@@ -108,7 +110,7 @@ struct GpuWeights {
   size_t bytes = 0;  // device bytes of all weights
 
   // mxfp4_experts: keep MXFP4 routed experts packed for the W4A8 GEMM (when every expert is MXFP4 and the
-  // shapes fit GpuMxfp4Experts::shape_ok), instead of expanding them to BF16.
+  // shapes fit mxfp4_experts_shape_ok), instead of expanding them to BF16.
   static GpuWeights upload(const io::ModelConfig& config, const ModelWeights& weights, bool mxfp4_experts = false);
   // Random weights of the config's shapes (BF16 or FP8 linears; routed experts `expert_type`, MXFP4 allowed).
   static GpuWeights random(const io::ModelConfig& config, cuda::WeightType linear_type, cuda::WeightType expert_type,

@@ -241,12 +241,7 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
       const int lane = threadIdx.x;
       int local = 0;
       for (int u = 0; u < 8; ++u) local += hist[255 - (lane * 8 + u)];
-      int incl = local;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int n2 = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += n2;
-      }
+      const int incl = warp_inclusive_sum(local);
       const unsigned hit = __ballot_sync(0xffffffffu, incl >= remaining);
       if (lane == __ffs(hit) - 1) {
         int cum = incl - local, digit = 0;

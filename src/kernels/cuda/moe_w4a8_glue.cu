@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_w4a8.h"
 
 namespace moeserve::cuda {
@@ -88,17 +89,14 @@ __global__ void route_scan_kernel(int* hist, int nblk, int E, int cap, int* coun
   if (e < E) start[e] = cap > 0 ? e * cap : tot[e];
 }
 
-// One warp per chunk, slots in order: stable rank inside the chunk by match_any.
-__global__ void route_place_kernel(const int* topk_ids, int S, int E, int cap, const int* hist, const int* start,
-                                   int* row_of_slot, int* slot_of_row) {
-  __shared__ int seen[kMaxE];
-  const int lane = threadIdx.x;
-  for (int e = lane; e < E; e += 32) seen[e] = 0;
-  __syncwarp();
-  const int s0 = blockIdx.x * kRouteChunk;
-  const int s1 = min(S, s0 + kRouteChunk);
-  for (int base = s0; base < s1; base += 32) {
-    const int s = base + lane;
+// One warp places the slots [s0, s1) in slot order, stable within an expert (rank inside a step of 32 slots
+// by match_any). seen[e]: the expert's slots already placed from this range (shared, zeroed by the caller);
+// base: the range's first rank per expert (null: 0, the whole batch is one range).
+__device__ __forceinline__ void place_slots(const int* topk_ids, int s0, int s1, int cap, const int* base,
+                                            const int* start, int* seen, int* row_of_slot, int* slot_of_row) {
+  const int lane = threadIdx.x & 31;
+  for (int first = s0; first < s1; first += 32) {
+    const int s = first + lane;
     const bool valid = s < s1;
     const int e = valid ? topk_ids[s] : -1 - lane;  // distinct dummies never match real experts
     const unsigned peers = __match_any_sync(0xffffffffu, e);
@@ -107,7 +105,7 @@ __global__ void route_place_kernel(const int* topk_ids, int S, int E, int cap, c
     if (valid) before = seen[e];
     __syncwarp();
     if (valid) {
-      const int rank = hist[size_t(blockIdx.x) * E + e] + before + rank_in_warp;
+      const int rank = (base ? base[e] : 0) + before + rank_in_warp;
       if (cap > 0 && rank >= cap) {
         row_of_slot[s] = -1;
       } else {
@@ -120,6 +118,20 @@ __global__ void route_place_kernel(const int* topk_ids, int S, int E, int cap, c
     __syncwarp();
   }
 }
+
+// One warp per chunk of kRouteChunk slots.
+__global__ void route_place_kernel(const int* topk_ids, int S, int E, int cap, const int* hist, const int* start,
+                                   int* row_of_slot, int* slot_of_row) {
+  __shared__ int seen[kMaxE];
+  const int lane = threadIdx.x;
+  for (int e = lane; e < E; e += 32) seen[e] = 0;
+  __syncwarp();
+  const int s0 = blockIdx.x * kRouteChunk;
+  place_slots(topk_ids, s0, min(S, s0 + kRouteChunk), cap, hist + size_t(blockIdx.x) * E, start, seen, row_of_slot,
+              slot_of_row);
+}
+
+using dev::warp_inclusive_sum;
 
 // Small batches (all slots in one routing chunk): histogram, expert starts and the stable placement in one
 // block instead of a memset and three launches (a decode step's routing is launch-bound).
@@ -138,24 +150,13 @@ __global__ void route_small_kernel(const int* topk_ids, int S, int E, int cap, i
   int total = 0, incl = 0;
   if (tid < kMaxE) {
     total = tid < E ? seen[tid] : 0;
-    incl = total;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int n = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += n;
-    }
+    incl = warp_inclusive_sum(total);
     if (lane == 31) warp_base[warp] = incl;
   }
   __syncthreads();
   if (warp == 0) {
     const int w = lane < kMaxE / 32 ? warp_base[lane] : 0;
-    int x = w;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int n = __shfl_up_sync(0xffffffffu, x, o);
-      if (lane >= o) x += n;
-    }
-    warp_base[lane] = x - w;  // exclusive
+    warp_base[lane] = warp_inclusive_sum(w) - w;  // exclusive
   }
   __syncthreads();
   if (tid < E) {
@@ -164,29 +165,7 @@ __global__ void route_small_kernel(const int* topk_ids, int S, int E, int cap, i
     seen[tid] = 0;
   }
   __syncthreads();
-  if (warp != 0) return;
-  // Placement in slot order (stable within an expert), 32 slots per step: rank by match_any.
-  for (int base = 0; base < S; base += 32) {
-    const int s = base + lane;
-    const bool valid = s < S;
-    const int e = valid ? topk_ids[s] : -1 - lane;  // distinct dummies never match real experts
-    const unsigned peers = __match_any_sync(0xffffffffu, e);
-    const int rank_in_warp = __popc(peers & ((1u << lane) - 1));
-    const int before = valid ? seen[e] : 0;
-    __syncwarp();
-    if (valid) {
-      const int rank = before + rank_in_warp;
-      if (cap > 0 && rank >= cap) {
-        row_of_slot[s] = -1;
-      } else {
-        const int row = start[e] + rank;
-        row_of_slot[s] = row;
-        slot_of_row[row] = s;
-      }
-      if (rank_in_warp == 0) seen[e] = before + __popc(peers);
-    }
-    __syncwarp();
-  }
+  if (warp == 0) place_slots(topk_ids, 0, S, cap, nullptr, start, seen, row_of_slot, slot_of_row);
 }
 
 // Eight consecutive inputs as fp32: bf16 (one 16-byte load) or fp32 (two).
