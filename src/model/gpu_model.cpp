@@ -151,7 +151,8 @@ void GpuModel::ensure_workspace(const Plan& p) {
     max_keys = std::max(max_keys, int(c.sliding_window) + comp);
   }
   attn_splits_max_ = cuda::attention_splits(int(T), int(H), max_keys);
-  const size_t splits = size_t(cuda::hc_mix_splits(int(hc * D)));
+  const size_t splits = size_t(
+      std::max(cuda::hc_mix_splits(int(hc * D)), hc == 4 ? cuda::hc_post_mix_splits(int(hc), int(D)) : 0));
   auto f = [&](int id, size_t n) { return static_cast<float*>(bufs_[id].get(std::max<size_t>(n, 1) * 4, &generation_)); };
   auto i = [&](int id, size_t n) { return static_cast<int*>(bufs_[id].get(std::max<size_t>(n, 1) * 4, &generation_)); };
   h_ = f(0, T * hc * D);
@@ -611,25 +612,41 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
   MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
 }
 
+// Decode-sized steps fuse each hc_post with the following hc_mix_partial (the next sublayer's, or the next
+// layer's attention mix), so layer l > 0 starts from the partials the previous layer left.
+bool GpuModel::fuse_hc(int T) const { return T <= kSkinnyRows && config_.hc_mult == 4; }
+
 void GpuModel::block(GpuKvCache& cache, const Plan& p, int l) {
   const io::ModelConfig& c = config_;
   const GpuLayer& L = weights_.layers[size_t(l)];
   cudaStream_t st = stream();
   const int T = p.T, D = int(c.hidden_size), hc = int(c.hc_mult), mix = int(c.hc_mix());
-  const int splits = cuda::hc_mix_splits(hc * D);
   const float eps = float(c.rms_norm_eps), hc_eps = float(c.hc_eps);
-  MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(h_, T, hc * D, L.hc_attn_fn.data(), mix, splits, partial_, st));
-  MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial_, splits, h_, T, hc, D, mix, L.hc_attn_base.data(),
+  const bool fuse = fuse_hc(T), last = l + 1 == int(c.num_layers);
+  const int splits = fuse ? cuda::hc_post_mix_splits(hc, D) : cuda::hc_mix_splits(hc * D);
+  if (!fuse || l == 0)
+    MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(h_, T, hc * D, L.hc_attn_fn.data(), mix, cuda::hc_mix_splits(hc * D),
+                                             partial_, st));
+  const int attn_splits = fuse && l > 0 ? splits : cuda::hc_mix_splits(hc * D);
+  MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial_, attn_splits, h_, T, hc, D, mix, L.hc_attn_base.data(),
                                           L.hc_attn_scale.data(), int(c.hc_sinkhorn_iters), hc_eps, eps,
                                           L.attn_norm.data(), x_, post_, comb_, st));
   attention(cache, p, l, x_, out_);
-  MOESERVE_CUDA_CHECK(cuda::hc_post(h_, T, hc, D, out_, post_, comb_, st));
-  MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(h_, T, hc * D, L.hc_ffn_fn.data(), mix, splits, partial_, st));
+  if (fuse) {
+    MOESERVE_CUDA_CHECK(cuda::hc_post_mix(h_, T, hc, D, out_, post_, comb_, L.hc_ffn_fn.data(), mix, partial_, st));
+  } else {
+    MOESERVE_CUDA_CHECK(cuda::hc_post(h_, T, hc, D, out_, post_, comb_, st));
+    MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(h_, T, hc * D, L.hc_ffn_fn.data(), mix, splits, partial_, st));
+  }
   MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial_, splits, h_, T, hc, D, mix, L.hc_ffn_base.data(),
                                           L.hc_ffn_scale.data(), int(c.hc_sinkhorn_iters), hc_eps, eps,
                                           L.ffn_norm.data(), x_, post_, comb_, st));
   moe(p, l, x_, out_);
-  MOESERVE_CUDA_CHECK(cuda::hc_post(h_, T, hc, D, out_, post_, comb_, st));
+  if (fuse && !last)
+    MOESERVE_CUDA_CHECK(cuda::hc_post_mix(h_, T, hc, D, out_, post_, comb_,
+                                          weights_.layers[size_t(l) + 1].hc_attn_fn.data(), mix, partial_, st));
+  else
+    MOESERVE_CUDA_CHECK(cuda::hc_post(h_, T, hc, D, out_, post_, comb_, st));
 }
 
 void GpuModel::run(GpuKvCache& cache, const Plan& p) {

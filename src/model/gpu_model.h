@@ -88,6 +88,7 @@ class GpuModel {
   void ensure_workspace(const Plan& p);
   void run(GpuKvCache& cache, const Plan& p);
   void block(GpuKvCache& cache, const Plan& p, int layer);
+  bool fuse_hc(int T) const;
   void attention(GpuKvCache& cache, const Plan& p, int layer, const float* x, float* out);
   void moe(const Plan& p, int layer, const float* x, float* out);
   void moe_mxfp4(const GpuMxfp4Experts& experts, int T, int K, float limit, const float* x, float* out);

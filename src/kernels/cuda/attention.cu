@@ -62,6 +62,7 @@ __device__ __forceinline__ void rotate_store(float4 (&o)[NC], int hd, int rope_d
 
 template <int HPW, int NC>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, AttentionArgs a) {
+  dev::pdl_begin();
   constexpr int HB = kWarps * HPW;
   extern __shared__ float4 sm4[];
   const int hd = a.hd, ldk = hd + 4, hd4 = hd / 4;
@@ -229,35 +230,57 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, Att
   }
 }
 
-// One warp per (token, head).
+// One warp per (token, head). The splits are read in batches of kBatch with every load issued before the first
+// use (a decode step has one warp per head and ~20 splits: one memory latency per batch, not per split); the
+// accumulation order is the split order.
 template <int NC>
 __global__ void combine_kernel(BatchDesc b, AttentionArgs a) {
+  dev::pdl_begin();
+  constexpr int kBatch = 4;
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (row >= b.T * a.H) return;
   const int t = row / a.H, head = row % a.H, hd = a.hd;
-  const float* src = a.partial + size_t(row) * a.splits * (hd + 4);
+  const int pitch = hd + 4;
+  const float* src = a.partial + size_t(row) * a.splits * pitch;
   const float sink = a.sinks[head];
   float M = sink;
-  for (int sp = 0; sp < a.splits; ++sp) M = fmaxf(M, src[sp * (hd + 4)]);
+  for (int sp0 = 0; sp0 < a.splits; sp0 += 2 * kBatch) {
+    float m[2 * kBatch];
+#pragma unroll
+    for (int j = 0; j < 2 * kBatch; ++j) m[j] = sp0 + j < a.splits ? src[(sp0 + j) * pitch] : -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 2 * kBatch; ++j) M = fmaxf(M, m[j]);
+  }
   float denom = expf(sink - M);
   float4 o[NC];
 #pragma unroll
   for (int c = 0; c < NC; ++c) o[c] = make_float4(0, 0, 0, 0);
-  for (int sp = 0; sp < a.splits; ++sp) {
-    const float* ps = src + sp * (hd + 4);
-    const float ms = ps[0];
-    if (ms == -INFINITY) continue;
-    const float f = expf(ms - M);
-    denom += ps[1] * f;
+  for (int sp0 = 0; sp0 < a.splits; sp0 += kBatch) {
+    float ms[kBatch], ls[kBatch];
+    float4 v[kBatch][NC];
 #pragma unroll
-    for (int c = 0; c < NC; ++c) {
-      const int d4 = lane + 32 * c;
-      if (d4 < hd / 4) {
-        const float4 v = *reinterpret_cast<const float4*>(ps + 4 + 4 * d4);
-        o[c].x += v.x * f;
-        o[c].y += v.y * f;
-        o[c].z += v.z * f;
-        o[c].w += v.w * f;
+    for (int j = 0; j < kBatch; ++j) {
+      const bool valid = sp0 + j < a.splits;
+      const float* ps = src + (sp0 + j) * pitch;
+      ms[j] = valid ? ps[0] : -INFINITY;
+      ls[j] = valid ? ps[1] : 0.0f;
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        const int d4 = lane + 32 * c;
+        v[j][c] = valid && d4 < hd / 4 ? *reinterpret_cast<const float4*>(ps + 4 + 4 * d4) : make_float4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (ms[j] == -INFINITY) continue;
+      const float f = expf(ms[j] - M);
+      denom += ls[j] * f;
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        o[c].x += v[j][c].x * f;
+        o[c].y += v[j][c].y * f;
+        o[c].z += v[j][c].z * f;
+        o[c].w += v[j][c].w * f;
       }
     }
   }
@@ -282,8 +305,8 @@ cudaError_t launch(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stre
     configured = true;
   }
   dim3 grid(b.T, a.H / HB, a.splits);
-  attention_kernel<HPW, NC><<<grid, kWarps * 32, smem, stream>>>(b, a);
-  if (a.splits > 1) combine_kernel<NC><<<(b.T * a.H + 3) / 4, 128, 0, stream>>>(b, a);
+  dev::launch(attention_kernel<HPW, NC>, dim3(grid), dim3(kWarps * 32), smem, stream, b, a);
+  if (a.splits > 1) dev::launch(combine_kernel<NC>, dim3((b.T * a.H + 3) / 4), dim3(128), 0, stream, b, a);
   return cudaGetLastError();
 }
 

@@ -7,6 +7,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
+
+#include "kernels/cuda/ops.h"
 
 namespace moeserve::cuda::dev {
 
@@ -121,5 +124,47 @@ __device__ __forceinline__ float fp4_round(float v) {
 }
 
 __device__ __forceinline__ float bf16_value(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+
+// ---- Programmatic dependent launch (sm_90). A kernel started by launch() may begin while the kernel before it
+// in the stream is still running, so that its launch, its prologue (reading weights, which no kernel writes)
+// and the previous kernel's drain overlap. Every such kernel calls pdl_wait() in every thread before it touches
+// memory another kernel writes or reads (waiting also makes the earlier kernels' writes visible; it is what
+// keeps the ordering transitive, so no thread may skip it), then pdl_release() to let the next kernel start.
+// Both are no-ops in a kernel launched without the attribute.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_begin() {
+  pdl_wait();
+  pdl_release();
+}
+
+// Multiprocessors of the current device (cached: the engine drives one GPU per process).
+inline int sm_count() {
+  static const int n = [] {
+    int dev = 0, count = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) !=
+                                                   cudaSuccess)
+      return 132;
+    return count;
+  }();
+  return n;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization when pdl_enabled().
+template <class... Params, class... Args>
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = pdl_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
 
 }  // namespace moeserve::cuda::dev

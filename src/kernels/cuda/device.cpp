@@ -2,11 +2,27 @@
 
 #include <cuda_runtime.h>
 
-
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
+#include "kernels/cuda/ops.h"
 
 namespace moeserve::cuda {
+
+namespace {
+std::atomic<bool>& pdl_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* env = std::getenv("MOESERVE_PDL");
+    return !(env && std::strcmp(env, "0") == 0);
+  }()};
+  return flag;
+}
+}  // namespace
+
+bool pdl_enabled() { return pdl_flag().load(std::memory_order_relaxed); }
+void set_pdl_enabled(bool on) { pdl_flag().store(on, std::memory_order_relaxed); }
 
 void check_status(int status, const char* what, const char* file, int line) {
   if (status == cudaSuccess) return;

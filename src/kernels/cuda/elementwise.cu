@@ -11,21 +11,36 @@ namespace {
 
 using namespace dev;
 
+// Row copies below load kCopyBatch elements per thread before storing any: one block per row is the whole
+// kernel at one decode token, and a load-store-load chain would pay one memory latency per element.
+constexpr int kCopyBatch = 8;
+
 template <class T>
 __global__ void embed_kernel(const T* table, int D, const int* ids, int hc, float* h) {
+  dev::pdl_begin();
   const int t = blockIdx.x;
   const T* row = table + size_t(ids[t]) * D;
   float* out = h + size_t(t) * hc * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float v;
-    if constexpr (sizeof(T) == 2) v = bf16_value(row[d]);
-    else v = row[d];
-    for (int j = 0; j < hc; ++j) out[size_t(j) * D + d] = v;
+  for (int d0 = threadIdx.x; d0 < D; d0 += kCopyBatch * blockDim.x) {
+    float v[kCopyBatch];
+#pragma unroll
+    for (int i = 0; i < kCopyBatch; ++i) {
+      const int d = d0 + i * blockDim.x;
+      if constexpr (sizeof(T) == 2) v[i] = d < D ? bf16_value(row[d]) : 0.0f;
+      else v[i] = d < D ? row[d] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kCopyBatch; ++i) {
+      const int d = d0 + i * blockDim.x;
+      if (d < D)
+        for (int j = 0; j < hc; ++j) out[size_t(j) * D + d] = v[i];
+    }
   }
 }
 
 // One block per row; sum of squares in double (the reference accumulates in double).
 __global__ void rms_norm_kernel(const float* x, int dim, int ldx, const float* w, float eps, float* out, int ldo) {
+  dev::pdl_begin();
   __shared__ double red[32];
   const float* xr = x + size_t(blockIdx.x) * ldx;
   float* o = out + size_t(blockIdx.x) * ldo;
@@ -39,6 +54,7 @@ __global__ void rms_norm_kernel(const float* x, int dim, int ldx, const float* w
 // One warp per (token, head): optional unweighted RMSNorm of the head, then the rotation of its trailing dims.
 __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
                             const float* inv_freq, float attn_scale, bool inverse, float norm_eps) {
+  dev::pdl_begin();
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (row >= T * heads) return;
   const int t = row / heads, h = row % heads;
@@ -67,6 +83,7 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
 
 // One warp per (row, block).
 __global__ void fp8_block_sim_kernel(float* x, int rows, int ld, int width, int block) {
+  dev::pdl_begin();
   const int blocks = (width + block - 1) / block;
   const int item = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (item >= rows * blocks) return;
@@ -82,6 +99,7 @@ __global__ void fp8_block_sim_kernel(float* x, int rows, int ld, int width, int 
 
 // One block (128 threads) per row.
 __global__ void hadamard_fp4_kernel(float* x, int dim, bool fp4) {
+  dev::pdl_begin();
   extern __shared__ float sv[];
   float* v = x + size_t(blockIdx.x) * dim;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) sv[i] = v[i];
@@ -102,6 +120,7 @@ __global__ void hadamard_fp4_kernel(float* x, int dim, bool fp4) {
 
 // One warp per (row, 128-block).
 __global__ void act_quant_kernel(const float* x, int M, int K, int ldx, uint8_t* q, float* scales) {
+  dev::pdl_begin();
   const int kb_count = K / 128;
   const int item = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (item >= M * kb_count) return;
@@ -120,6 +139,7 @@ __global__ void act_quant_kernel(const float* x, int M, int K, int ldx, uint8_t*
 }
 
 __global__ void to_bf16_kernel(const float* x, int M, int K, int ldx, uint16_t* out) {
+  dev::pdl_begin();
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(M) * K) return;
   const int m = int(i / K), k = int(i % K);
@@ -128,12 +148,14 @@ __global__ void to_bf16_kernel(const float* x, int M, int K, int ldx, uint16_t* 
 }
 
 __global__ void add_ape_kernel(float* score, int width, int ld, const int* pos, const float* ape, int ratio) {
+  dev::pdl_begin();
   const int t = blockIdx.x;
   const float* bias = ape + size_t(pos[t] % ratio) * width;
   for (int f = threadIdx.x; f < width; f += blockDim.x) score[size_t(t) * ld + f] += bias[f];
 }
 
 __global__ void swiglu_kernel(const float* h, int rows, int I, float limit, const float* row_weight, float* act) {
+  dev::pdl_begin();
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(rows) * I) return;
   const int r = int(i / I), c = int(i % I);
@@ -144,14 +166,23 @@ __global__ void swiglu_kernel(const float* h, int rows, int I, float limit, cons
 }
 
 __global__ void scale_kernel(float* x, size_t n, float s) {
+  dev::pdl_begin();
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= s;
 }
 
 __global__ void gather_kernel(const float* x, int D, const int* rows, float* out) {
+  dev::pdl_begin();
   const float* src = x + size_t(rows[blockIdx.x]) * D;
   float* dst = out + size_t(blockIdx.x) * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) dst[d] = src[d];
+  for (int d0 = threadIdx.x; d0 < D; d0 += kCopyBatch * blockDim.x) {
+    float v[kCopyBatch];
+#pragma unroll
+    for (int i = 0; i < kCopyBatch; ++i) v[i] = d0 + i * int(blockDim.x) < D ? src[d0 + i * blockDim.x] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kCopyBatch; ++i)
+      if (d0 + i * int(blockDim.x) < D) dst[d0 + i * blockDim.x] = v[i];
+  }
 }
 
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {
@@ -161,6 +192,7 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
 }
 
 __global__ void fill_kernel(void* dst, size_t n, int kind, float scale, uint64_t seed) {
+  dev::pdl_begin();
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const uint64_t r = mix64(seed * 0x9e3779b97f4a7c15ull + i);
     const float u = float(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
@@ -177,6 +209,7 @@ __global__ void fill_kernel(void* dst, size_t n, int kind, float scale, uint64_t
 }
 
 __global__ void fill_value_kernel(float* dst, size_t n, float value) {
+  dev::pdl_begin();
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) dst[i] = value;
 }
@@ -189,90 +222,93 @@ cudaError_t embed_gather(const void* table, bool table_bf16, int D, const int* i
                          cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   if (table_bf16)
-    embed_kernel<<<T, 256, 0, stream>>>(static_cast<const uint16_t*>(table), D, ids, hc, h);
+    dev::launch(embed_kernel<uint16_t>, dim3(T), dim3(256), 0, stream, static_cast<const uint16_t*>(table), D, ids, hc,
+                h);
   else
-    embed_kernel<<<T, 256, 0, stream>>>(static_cast<const float*>(table), D, ids, hc, h);
+    dev::launch(embed_kernel<float>, dim3(T), dim3(256), 0, stream, static_cast<const float*>(table), D, ids, hc, h);
   return cudaGetLastError();
 }
 
 cudaError_t rms_norm(const float* x, int rows, int dim, int ldx, const float* w, float eps, float* out, int ldo,
                      cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  rms_norm_kernel<<<rows, dim >= 1024 ? 512 : 128, 0, stream>>>(x, dim, ldx, w, eps, out, ldo);
+  dev::launch(rms_norm_kernel, dim3(rows), dim3(dim >= 1024 ? 512 : 128), 0, stream, x, dim, ldx, w, eps, out, ldo);
   return cudaGetLastError();
 }
 
 cudaError_t rope(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
                  const float* inv_freq, float attn_scale, bool inverse, float norm_eps, cudaStream_t stream) {
   if (T == 0 || heads == 0) return cudaSuccess;
-  rope_kernel<<<blocks_for(size_t(T) * heads, 4), 128, 0, stream>>>(x, T, heads, head_dim, ld, rope_dim, pos,
-                                                                    inv_freq, attn_scale, inverse, norm_eps);
+  dev::launch(rope_kernel, dim3(blocks_for(size_t(T) * heads, 4)), dim3(128), 0, stream, x, T, heads, head_dim, ld,
+              rope_dim, pos, inv_freq, attn_scale, inverse, norm_eps);
   return cudaGetLastError();
 }
 
 cudaError_t fp8_block_sim(float* x, int rows, int ld, int width, int block, cudaStream_t stream) {
   if (rows == 0 || width == 0) return cudaSuccess;
   const size_t items = size_t(rows) * ((width + block - 1) / block);
-  fp8_block_sim_kernel<<<blocks_for(items, 8), 256, 0, stream>>>(x, rows, ld, width, block);
+  dev::launch(fp8_block_sim_kernel, dim3(blocks_for(items, 8)), dim3(256), 0, stream, x, rows, ld, width, block);
   return cudaGetLastError();
 }
 
 cudaError_t hadamard_fp4_sim(float* x, int rows, int dim, bool fp4, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (dim <= 0 || dim > 1024 || (dim & (dim - 1)) || (fp4 && dim % 32)) return cudaErrorInvalidValue;
-  hadamard_fp4_kernel<<<rows, 128, dim * sizeof(float), stream>>>(x, dim, fp4);
+  dev::launch(hadamard_fp4_kernel, dim3(rows), dim3(128), dim * sizeof(float), stream, x, dim, fp4);
   return cudaGetLastError();
 }
 
 cudaError_t act_quant_fp8(const float* x, int M, int K, int ldx, uint8_t* q, float* scales, cudaStream_t stream) {
   if (M == 0) return cudaSuccess;
   if (K % 128 || ldx % 4) return cudaErrorInvalidValue;
-  act_quant_kernel<<<blocks_for(size_t(M) * (K / 128), 8), 256, 0, stream>>>(x, M, K, ldx, q, scales);
+  dev::launch(act_quant_kernel, dim3(blocks_for(size_t(M) * (K / 128), 8)), dim3(256), 0, stream, x, M, K, ldx, q,
+              scales);
   return cudaGetLastError();
 }
 
 cudaError_t to_bf16(const float* x, int M, int K, int ldx, uint16_t* out, cudaStream_t stream) {
   if (M == 0) return cudaSuccess;
-  to_bf16_kernel<<<blocks_for(size_t(M) * K, 256), 256, 0, stream>>>(x, M, K, ldx, out);
+  dev::launch(to_bf16_kernel, dim3(blocks_for(size_t(M) * K, 256)), dim3(256), 0, stream, x, M, K, ldx, out);
   return cudaGetLastError();
 }
 
 cudaError_t add_ape(float* score, int T, int width, int ld, const int* pos, const float* ape, int ratio,
                     cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
-  add_ape_kernel<<<T, 256, 0, stream>>>(score, width, ld, pos, ape, ratio);
+  dev::launch(add_ape_kernel, dim3(T), dim3(256), 0, stream, score, width, ld, pos, ape, ratio);
   return cudaGetLastError();
 }
 
 cudaError_t swiglu(const float* h, int rows, const int* /*rows_dev*/, int I, float limit, const float* row_weight,
                    float* act, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  swiglu_kernel<<<blocks_for(size_t(rows) * I, 256), 256, 0, stream>>>(h, rows, I, limit, row_weight, act);
+  dev::launch(swiglu_kernel, dim3(blocks_for(size_t(rows) * I, 256)), dim3(256), 0, stream, h, rows, I, limit,
+              row_weight, act);
   return cudaGetLastError();
 }
 
 cudaError_t scale_values(float* x, size_t n, float s, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  scale_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n, s);
+  dev::launch(scale_kernel, dim3(blocks_for(n, 256)), dim3(256), 0, stream, x, n, s);
   return cudaGetLastError();
 }
 
 cudaError_t gather_rows(const float* x, int D, const int* rows, int count, float* out, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  gather_kernel<<<count, 256, 0, stream>>>(x, D, rows, out);
+  dev::launch(gather_kernel, dim3(count), dim3(256), 0, stream, x, D, rows, out);
   return cudaGetLastError();
 }
 
 cudaError_t fill_uniform(void* dst, size_t n, int kind, float scale, uint64_t seed, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const size_t blocks = std::min<size_t>((n + 255) / 256, 65536);
-  fill_kernel<<<unsigned(blocks), 256, 0, stream>>>(dst, n, kind, scale, seed);
+  dev::launch(fill_kernel, dim3(unsigned(blocks)), dim3(256), 0, stream, dst, n, kind, scale, seed);
   return cudaGetLastError();
 }
 
 cudaError_t fill_value(float* dst, size_t n, float value, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  fill_value_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(dst, n, value);
+  dev::launch(fill_value_kernel, dim3(blocks_for(n, 256)), dim3(256), 0, stream, dst, n, value);
   return cudaGetLastError();
 }
 

@@ -45,10 +45,42 @@ __device__ __forceinline__ float weight_scalar(const void* w, size_t index) {
   else return bf16_value(static_cast<const uint16_t*>(w)[index]);
 }
 
+// One token: 4 blocks of 256 threads per SM (at most 64 registers), the occupancy the weight stream needs.
 template <bool FP8, int MT, bool VECTOR>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a, int KT) {
+__global__ void __launch_bounds__(kThreads, MT == 1 ? 4 : 1) gemv_kernel(GemvArgs a, int KT) {
   constexpr int VEC = FP8 ? 16 : 8;
   const int p = blockIdx.y;
+  const int RG = kThreads / KT;
+  const int kl = threadIdx.x % KT, rg = threadIdx.x / KT;
+  const int n0 = (blockIdx.x * RG + rg) * kRows;
+  const int K = a.K, N = a.N;
+  // One 16-byte weight load per row of this thread's rows at column k (zero past N).
+  auto load_w = [&](const void* w, int k, uint4* wv) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int n = n0 + r;
+      wv[r] = n < N ? __ldg(reinterpret_cast<const uint4*>(static_cast<const char*>(w) +
+                                                           (size_t(n) * K + k) * (FP8 ? 1 : 2)))
+                    : make_uint4(0, 0, 0, 0);
+    }
+  };
+  // Dense problems know their weights before the previous kernel ends, so the weight stream starts before
+  // pdl_wait and overlaps the previous kernel's tail: BF16 rows load their first k step into registers (free at
+  // this occupancy); FP8 rows fetch their first k steps into L2 instead (held in registers they would cost a
+  // quarter of the blocks per SM; measured slower). The FP8 block scales, 4 bytes a row, follow with the
+  // activations. Grouped problems learn their expert from the routing, so they wait first.
+  const bool dense = VECTOR && a.group_count == nullptr;
+  const bool prefetched = !FP8 && dense && kl * VEC < K;
+  uint4 pre_w[kRows];
+  if (prefetched) load_w(static_cast<const char*>(a.w) + size_t(p) * a.w_stride * 2, kl * VEC, pre_w);
+  if (FP8 && dense) {
+    const char* w = static_cast<const char*>(a.w) + size_t(p) * a.w_stride;
+    for (int k = kl * VEC, i = 0; k < K && i < 4; k += KT * VEC, ++i)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (n0 + r < N) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + size_t(n0 + r) * K + k));
+  }
+  dev::pdl_begin();
   const void* w;
   const float* rs = nullptr;
   const float* x = a.x;
@@ -68,10 +100,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a, int KT) {
     y += size_t(p) * a.y_stride;
     M = a.M;
   }
-  const int RG = kThreads / KT;
-  const int kl = threadIdx.x % KT, rg = threadIdx.x / KT;
-  const int n0 = (blockIdx.x * RG + rg) * kRows;
-  const int K = a.K, N = a.N;
   __shared__ float red[kThreads / 32][kRows * MT];
 
   for (int m0 = 0; m0 < M; m0 += MT) {
@@ -105,20 +133,22 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a, int KT) {
           }
         }
         uint4 wv[kRows];
+        if (prefetched && m0 == 0 && k == kl * VEC) {
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          const int n = n0 + r;
-          wv[r] = n < N ? __ldg(reinterpret_cast<const uint4*>(static_cast<const char*>(w) +
-                                                                (size_t(n) * K + k) * (FP8 ? 1 : 2)))
-                        : make_uint4(0, 0, 0, 0);
+          for (int r = 0; r < kRows; ++r) wv[r] = pre_w[r];
+        } else {
+          load_w(w, k, wv);
         }
+        float ws[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+          ws[r] = !FP8 ? 1.0f : n0 + r < N ? __ldg(rs + size_t(n0 + r) * a.scale_ld + k / 128) : 0.0f;
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           float wf[VEC];
           if constexpr (FP8) unpack_fp8(wv[r], wf);
           else unpack_bf16(wv[r], wf);
-          float s = 1.0f;
-          if constexpr (FP8) s = (n0 + r < N) ? __ldg(rs + size_t(n0 + r) * a.scale_ld + k / 128) : 0.0f;
+          const float s = ws[r];
 #pragma unroll
           for (int i = 0; i < MT; ++i) {
             float part = 0.0f;
@@ -171,12 +201,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a, int KT) {
 template <bool FP8, bool VECTOR>
 cudaError_t launch(const GemvArgs& a, int mt, dim3 grid, int KT, cudaStream_t stream) {
   switch (mt) {
-    case 1: gemv_kernel<FP8, 1, VECTOR><<<grid, kThreads, 0, stream>>>(a, KT); break;
-    case 2: gemv_kernel<FP8, 2, VECTOR><<<grid, kThreads, 0, stream>>>(a, KT); break;
-    case 4: gemv_kernel<FP8, 4, VECTOR><<<grid, kThreads, 0, stream>>>(a, KT); break;
-    default: gemv_kernel<FP8, 8, VECTOR><<<grid, kThreads, 0, stream>>>(a, KT); break;
+    case 1: return dev::launch(gemv_kernel<FP8, 1, VECTOR>, grid, dim3(kThreads), 0, stream, a, KT);
+    case 2: return dev::launch(gemv_kernel<FP8, 2, VECTOR>, grid, dim3(kThreads), 0, stream, a, KT);
+    case 4: return dev::launch(gemv_kernel<FP8, 4, VECTOR>, grid, dim3(kThreads), 0, stream, a, KT);
+    default: return dev::launch(gemv_kernel<FP8, 8, VECTOR>, grid, dim3(kThreads), 0, stream, a, KT);
   }
-  return cudaGetLastError();
 }
 
 }  // namespace
@@ -191,12 +220,13 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   const int lanes = vector ? (a.K + vec - 1) / vec : a.K;
   int KT = 32;
   while (KT < kThreads && KT < lanes) KT *= 2;
-  const int rows_per_block = (kThreads / KT) * kRows;
   // Rows per pass: grouped problems may hold any count (8); dense ones exactly what they need.
   const int rows = a.group_count ? (a.max_group_rows > 0 ? a.max_group_rows : 8) : a.M;
   const int mt = rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8;
+  const int rows_per_block = (kThreads / KT) * kRows;
   dim3 grid((a.N + rows_per_block - 1) / rows_per_block, a.problems);
-  if (fp8) return vector ? launch<true, true>(a, mt, grid, KT, stream) : launch<true, false>(a, mt, grid, KT, stream);
+  if (fp8)
+    return vector ? launch<true, true>(a, mt, grid, KT, stream) : launch<true, false>(a, mt, grid, KT, stream);
   return vector ? launch<false, true>(a, mt, grid, KT, stream) : launch<false, false>(a, mt, grid, KT, stream);
 }
 

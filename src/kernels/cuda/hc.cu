@@ -20,6 +20,7 @@ constexpr int kMixTokens = 4;  // tokens per block: fn is read once per 4 tokens
 template <int MIX>
 __global__ void __launch_bounds__(kMixThreads) hc_mix_kernel(const float* h, int T, int width, const float* fn,
                                                               int chunk, float* partial) {
+  dev::pdl_begin();
   const int split = blockIdx.x, t0 = blockIdx.y * kMixTokens;
   const int begin = split * chunk, end = min(width, begin + chunk);
   float acc[kMixTokens][MIX + 1];
@@ -61,46 +62,87 @@ __global__ void __launch_bounds__(kMixThreads) hc_mix_kernel(const float* h, int
 
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// One block per token. The split sums are spread over the warps (lanes stride over the splits); warp 0 then
-// evaluates post and the Sinkhorn iterations with one matrix element per lane while the other warps collapse
-// the streams with the pre weights and RMS-normalise the row, so the two latency-bound parts overlap (at one
-// decode token the kernel is a single block).
-__global__ void hc_finish_kernel(const float* partial, int splits, const float* h, int T, int hc, int dim, int mix,
-                                 const float* base, const float* scale, int iters, float hc_eps, float norm_eps,
-                                 const float* norm_w, float* collapsed, float* post, float* comb) {
-  extern __shared__ float row[];  // [dim]
+// One block of 512 threads per token, built for the one-token decode case where it is the only block on the chip,
+// so every load is issued before its value is needed (one memory latency for the whole row, not one per column):
+// the weights (norm_w, base, scale) before pdl_wait, then each warp's share of the split sums (warp w sums mixes
+// w, w + 16, ...; lanes stride over the splits) and each collapse thread's columns of the hc streams. Then warp 0
+// evaluates post and the Sinkhorn iterations (latency-bound, one matrix element per lane) while warps 1..15
+// collapse the streams with the pre weights and RMS-normalise the row among themselves (named barrier).
+constexpr int kFinishThreads = 512;
+constexpr int kFinishCollapse = kFinishThreads - 32;  // warps 1..15
+constexpr int kFinishQuads = 4;                       // float4 columns per collapse thread per pass
+constexpr int kFinishSplitLoads = 4;                  // split sums per lane in flight per pass
+
+template <int HC>
+__global__ void __launch_bounds__(kFinishThreads)
+    hc_finish_kernel(const float* partial, int splits, const float* h, int T, int dim, int mix, const float* base,
+                     const float* scale, int iters, float hc_eps, float norm_eps, const float* norm_w,
+                     float* collapsed, float* post, float* comb) {
+  dev::pdl_begin();
+  extern __shared__ float row[];  // [dim]: the collapsed row, for rows longer than one pass
   __shared__ float mixes[64];
   __shared__ float cs[32];
   __shared__ double red[32];
-  const int t = blockIdx.x;
-  const int width = hc * dim;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  for (int m = warp; m <= mix; m += warps) {
+  const int t = blockIdx.x, quads = dim / 4;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int tid = threadIdx.x - 32;  // collapse thread index (warps 1..15)
+  const int pass = kFinishQuads * kFinishCollapse;
+  float4 nw[kFinishQuads];
+  if (warp > 0 && norm_w) {
+#pragma unroll
+    for (int q = 0; q < kFinishQuads; ++q) {
+      const int c = tid + q * kFinishCollapse;
+      nw[q] = c < quads ? reinterpret_cast<const float4*>(norm_w)[c] : make_float4(0, 0, 0, 0);
+    }
+  }
+  pdl_begin();
+
+  // Every load in flight first: the split sums of this warp's mixes, and this thread's first pass of columns.
+  const float4* ht = reinterpret_cast<const float4*>(h + size_t(t) * HC * dim);
+  float4 hv[kFinishQuads][HC];
+  if (warp > 0) {
+#pragma unroll
+    for (int q = 0; q < kFinishQuads; ++q) {
+      const int c = tid + q * kFinishCollapse;
+#pragma unroll
+      for (int j = 0; j < HC; ++j) hv[q][j] = c < quads ? ht[size_t(j) * quads + c] : make_float4(0, 0, 0, 0);
+    }
+  }
+  for (int m = warp; m <= mix; m += kFinishThreads / 32) {
     double s = 0;
-    for (int k = lane; k < splits; k += 32) s += double(partial[(size_t(k) * T + t) * (mix + 1) + m]);
+    for (int k0 = 0; k0 < splits; k0 += 32 * kFinishSplitLoads) {
+      float v[kFinishSplitLoads];
+#pragma unroll
+      for (int i = 0; i < kFinishSplitLoads; ++i) {
+        const int k = k0 + lane + 32 * i;
+        v[i] = k < splits ? partial[(size_t(k) * T + t) * (mix + 1) + m] : 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < kFinishSplitLoads; ++i) s += double(v[i]);
+    }
     s = warp_sum(s);
     if (lane == 0) mixes[m] = float(s);
   }
   __syncthreads();
-  const float r = float(1.0 / sqrt(double(mixes[mix]) / double(width) + double(norm_eps)));
+  const float r = float(1.0 / sqrt(double(mixes[mix]) / double(HC * dim) + double(norm_eps)));
   if (warp == 0) {
-    // post and the Sinkhorn iterations (latency-bound, one matrix element per lane) run in warp 0 while the
-    // other warps collapse the streams.
-    if (mix > hc) {
-      if (lane < hc) post[size_t(t) * hc + lane] = 2.0f * sigmoidf(mixes[hc + lane] * r * scale[1] + base[hc + lane]);
-      const bool act = lane < hc * hc;
-      const int rr = act ? lane / hc : 0, kk = act ? lane % hc : 0;
-      const float v = act ? mixes[2 * hc + lane] * r * scale[2] + base[2 * hc + lane] : 0.0f;
+    if (mix > HC) {
+      if (lane < HC) post[size_t(t) * HC + lane] = 2.0f * sigmoidf(mixes[HC + lane] * r * scale[1] + base[HC + lane]);
+      const bool act = lane < HC * HC;
+      const int rr = act ? lane / HC : 0, kk = act ? lane % HC : 0;
+      const float v = act ? mixes[2 * HC + lane] * r * scale[2] + base[2 * HC + lane] : 0.0f;
       cs[lane] = v;
       __syncwarp();
       float mx = -INFINITY;
-      for (int k = 0; k < hc; ++k) mx = fmaxf(mx, cs[rr * hc + k]);
+#pragma unroll
+      for (int k = 0; k < HC; ++k) mx = fmaxf(mx, cs[rr * HC + k]);
       __syncwarp();
       const float e = expf(v - mx);
       cs[lane] = e;
       __syncwarp();
       float sum = 0;
-      for (int k = 0; k < hc; ++k) sum += cs[rr * hc + k];
+#pragma unroll
+      for (int k = 0; k < HC; ++k) sum += cs[rr * HC + k];
       __syncwarp();
       float c = e / sum + hc_eps;
       for (int it = 0; it < iters; ++it) {
@@ -108,53 +150,83 @@ __global__ void hc_finish_kernel(const float* partial, int splits, const float* 
           cs[lane] = c;
           __syncwarp();
           float rs = 0;
-          for (int k = 0; k < hc; ++k) rs += cs[rr * hc + k];
+#pragma unroll
+          for (int k = 0; k < HC; ++k) rs += cs[rr * HC + k];
           __syncwarp();
           c /= (rs + hc_eps);
         }
         cs[lane] = c;
         __syncwarp();
         float colsum = 0;
-        for (int q = 0; q < hc; ++q) colsum += cs[q * hc + kk];
+#pragma unroll
+        for (int q = 0; q < HC; ++q) colsum += cs[q * HC + kk];
         __syncwarp();
         c /= (colsum + hc_eps);
       }
-      if (act) comb[size_t(t) * hc * hc + lane] = c;
+      if (act) comb[size_t(t) * HC * HC + lane] = c;
     }
     return;
   }
-  // Warps 1..: the pre weights (each thread evaluates the hc sigmoids itself: no barrier), the collapsed row
-  // and its RMS norm, reduced among these warps with a named barrier.
-  float pre[8];
+  // Warps 1..15: the pre weights (each thread evaluates the sigmoids itself: no barrier), the collapsed row and its
+  // RMS norm. The first pass's columns stay in registers; longer rows go through shared memory.
+  float pre[HC];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) pre[j] = j < hc ? sigmoidf(mixes[j] * r * scale[0] + base[j]) + hc_eps : 0.0f;
-  const int tid = threadIdx.x - 32, nthreads = blockDim.x - 32;
-  const float* ht = h + size_t(t) * width;
+  for (int j = 0; j < HC; ++j) pre[j] = sigmoidf(mixes[j] * r * scale[0] + base[j]) + hc_eps;
+  float4 col[kFinishQuads];
   double ss = 0;
-  for (int d = tid; d < dim; d += nthreads) {
-    float acc = 0;
+  for (int c0 = 0; c0 < quads; c0 += pass) {
+    if (c0 > 0) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      if (j < hc) acc += pre[j] * ht[size_t(j) * dim + d];
-    row[d] = acc;
-    ss += double(acc) * double(acc);
+      for (int q = 0; q < kFinishQuads; ++q) {
+        const int c = c0 + tid + q * kFinishCollapse;
+#pragma unroll
+        for (int j = 0; j < HC; ++j) hv[q][j] = c < quads ? ht[size_t(j) * quads + c] : make_float4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kFinishQuads; ++q) {
+      float4 a = make_float4(0, 0, 0, 0);
+#pragma unroll
+      for (int j = 0; j < HC; ++j) {
+        a.x += pre[j] * hv[q][j].x;
+        a.y += pre[j] * hv[q][j].y;
+        a.z += pre[j] * hv[q][j].z;
+        a.w += pre[j] * hv[q][j].w;
+      }
+      ss += double(a.x) * a.x + double(a.y) * a.y + double(a.z) * a.z + double(a.w) * a.w;
+      const int c = c0 + tid + q * kFinishCollapse;
+      if (c0 == 0) col[q] = a;
+      else if (c < quads) reinterpret_cast<float4*>(row)[c] = a;
+    }
   }
-  float* out = collapsed + size_t(t) * dim;
+  float4* out = reinterpret_cast<float4*>(collapsed + size_t(t) * dim);
+  float sc = 1.0f;
   if (norm_w) {
     ss = warp_sum(ss);
     if (lane == 0) red[warp] = ss;
-    asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
+    asm volatile("bar.sync 1, %0;" ::"n"(kFinishCollapse) : "memory");
     double total = 0;
-    for (int w = 1; w < warps; ++w) total += red[w];
-    const float sc = float(1.0 / sqrt(total / double(dim) + double(norm_eps)));
-    for (int d = tid; d < dim; d += nthreads) out[d] = row[d] * sc * norm_w[d];
-  } else {
-    for (int d = tid; d < dim; d += nthreads) out[d] = row[d];
+    for (int w = 1; w < kFinishThreads / 32; ++w) total += red[w];
+    sc = float(1.0 / sqrt(total / double(dim) + double(norm_eps)));
+  }
+  for (int c0 = 0; c0 < quads; c0 += pass) {
+#pragma unroll
+    for (int q = 0; q < kFinishQuads; ++q) {
+      const int c = c0 + tid + q * kFinishCollapse;
+      if (c >= quads) continue;
+      float4 a = c0 == 0 ? col[q] : reinterpret_cast<const float4*>(row)[c];
+      if (norm_w) {
+        const float4 w = c0 == 0 ? nw[q] : reinterpret_cast<const float4*>(norm_w)[c];
+        a = make_float4(a.x * sc * w.x, a.y * sc * w.y, a.z * sc * w.z, a.w * sc * w.w);
+      }
+      out[c] = a;
+    }
   }
 }
 
 template <int HC>
 __global__ void hc_post_kernel(float* h, int T, int dim, const float* y, const float* post, const float* comb) {
+  dev::pdl_begin();
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(T) * dim) return;
   const int t = int(i / dim), d = int(i % dim);
@@ -173,6 +245,52 @@ __global__ void hc_post_kernel(float* h, int T, int dim, const float* y, const f
   }
 }
 
+// hc_post followed by the next hc_mix_partial in one pass, for decode-sized T: thread (k, d) of a block owns
+// stream k of column d (a block holds whole columns, so the in-place update needs only a block barrier between
+// reading the old streams and writing the new ones), computes h[t, k, d] and adds its products with the next mix
+// weights fn — read into registers before pdl_wait, they are weights — and its square; split = blockIdx.x.
+template <int HC, int MIX>
+__global__ void __launch_bounds__(kMixThreads)
+    hc_post_mix_kernel(float* h, int dim, const float* y, const float* post, const float* comb, const float* fn,
+                       int T, float* partial) {
+  constexpr int kCols = kMixThreads / HC;
+  const int k = threadIdx.x / kCols, d = blockIdx.x * kCols + threadIdx.x % kCols, t = blockIdx.y;
+  const bool active = d < dim;
+  const size_t e = size_t(k) * dim + d;  // index in the hc * dim width
+  float f[MIX];
+#pragma unroll
+  for (int m = 0; m < MIX; ++m) f[m] = active ? fn[size_t(m) * HC * dim + e] : 0.0f;
+  dev::pdl_begin();
+  float* ht = h + size_t(t) * HC * dim;
+  float old[HC];
+#pragma unroll
+  for (int j = 0; j < HC; ++j) old[j] = active ? ht[size_t(j) * dim + d] : 0.0f;
+  const float yv = active ? y[size_t(t) * dim + d] : 0.0f;
+  const float* c = comb + size_t(t) * HC * HC;
+  float acc = post[size_t(t) * HC + k] * yv;
+#pragma unroll
+  for (int j = 0; j < HC; ++j) acc += c[j * HC + k] * old[j];
+  __syncthreads();  // every old value of these columns is read before any is replaced
+  if (active) ht[e] = acc;
+  float sums[MIX + 1];
+#pragma unroll
+  for (int m = 0; m < MIX; ++m) sums[m] = acc * f[m];
+  sums[MIX] = acc * acc;
+  __shared__ float red[kMixThreads / 32][MIX + 1];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int m = 0; m <= MIX; ++m) {
+    const float v = warp_sum(sums[m]);
+    if (lane == 0) red[warp][m] = v;
+  }
+  __syncthreads();
+  for (int m = threadIdx.x; m <= MIX; m += kMixThreads) {
+    float v = 0;
+    for (int w = 0; w < kMixThreads / 32; ++w) v += red[w][m];
+    partial[(size_t(blockIdx.x) * T + t) * (MIX + 1) + m] = v;
+  }
+}
+
 }  // namespace
 
 int hc_mix_splits(int width) { return (width + 255) / 256; }
@@ -183,9 +301,9 @@ cudaError_t hc_mix_partial(const float* h, int T, int width, const float* fn, in
   const int chunk = (width + splits - 1) / splits;
   dim3 grid(splits, (T + kMixTokens - 1) / kMixTokens);
   if (mix == 24)
-    hc_mix_kernel<24><<<grid, kMixThreads, 0, stream>>>(h, T, width, fn, chunk, partial);
+    dev::launch(hc_mix_kernel<24>, dim3(grid), dim3(kMixThreads), 0, stream, h, T, width, fn, chunk, partial);
   else if (mix == 4)
-    hc_mix_kernel<4><<<grid, kMixThreads, 0, stream>>>(h, T, width, fn, chunk, partial);
+    dev::launch(hc_mix_kernel<4>, dim3(grid), dim3(kMixThreads), 0, stream, h, T, width, fn, chunk, partial);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();
@@ -195,11 +313,34 @@ cudaError_t hc_pre_finish(const float* partial, int splits, const float* h, int 
                           const float* base, const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps,
                           const float* norm_w, float* collapsed, float* post, float* comb, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
-  if (hc > 8 || mix > 63) return cudaErrorInvalidValue;
-  hc_finish_kernel<<<T, 256, dim * sizeof(float), stream>>>(partial, splits, h, T, hc, dim, mix, base, scale,
-                                                             sinkhorn_iters, hc_eps, norm_eps, norm_w, collapsed,
-                                                             post, comb);
-  return cudaGetLastError();
+  if (mix > 63 || dim % 4 != 0 || (mix > hc && (post == nullptr || comb == nullptr))) return cudaErrorInvalidValue;
+  // Shared row only for rows longer than one pass of the collapse threads.
+  const size_t smem = dim > 4 * kFinishQuads * kFinishCollapse ? size_t(dim) * sizeof(float) : 0;
+  auto run = [&](auto kernel) {
+    return launch(kernel, dim3(T), dim3(kFinishThreads), smem, stream, partial, splits, h, T, dim, mix, base, scale,
+                  sinkhorn_iters, hc_eps, norm_eps, norm_w, collapsed, post, comb);
+  };
+  switch (hc) {
+    case 1: return run(hc_finish_kernel<1>);
+    case 2: return run(hc_finish_kernel<2>);
+    case 4: return run(hc_finish_kernel<4>);
+    case 8: return run(hc_finish_kernel<8>);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+int hc_post_mix_splits(int hc, int dim) { return (dim + kMixThreads / hc - 1) / (kMixThreads / hc); }
+
+cudaError_t hc_post_mix(float* h, int T, int hc, int dim, const float* y, const float* post, const float* comb,
+                        const float* fn, int mix, float* partial, cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  if (hc != 4 || (mix != 24 && mix != 4)) return cudaErrorInvalidValue;
+  const dim3 grid(hc_post_mix_splits(hc, dim), T);
+  if (mix == 24)
+    return dev::launch(hc_post_mix_kernel<4, 24>, grid, dim3(kMixThreads), 0, stream, h, dim, y, post, comb, fn, T,
+                       partial);
+  return dev::launch(hc_post_mix_kernel<4, 4>, grid, dim3(kMixThreads), 0, stream, h, dim, y, post, comb, fn, T,
+                     partial);
 }
 
 cudaError_t hc_post(float* h, int T, int hc, int dim, const float* y, const float* post, const float* comb,
@@ -207,11 +348,11 @@ cudaError_t hc_post(float* h, int T, int hc, int dim, const float* y, const floa
   if (T == 0) return cudaSuccess;
   const unsigned blocks = unsigned((size_t(T) * dim + 255) / 256);
   if (hc == 4)
-    hc_post_kernel<4><<<blocks, 256, 0, stream>>>(h, T, dim, y, post, comb);
+    dev::launch(hc_post_kernel<4>, dim3(blocks), dim3(256), 0, stream, h, T, dim, y, post, comb);
   else if (hc == 2)
-    hc_post_kernel<2><<<blocks, 256, 0, stream>>>(h, T, dim, y, post, comb);
+    dev::launch(hc_post_kernel<2>, dim3(blocks), dim3(256), 0, stream, h, T, dim, y, post, comb);
   else if (hc == 1)
-    hc_post_kernel<1><<<blocks, 256, 0, stream>>>(h, T, dim, y, post, comb);
+    dev::launch(hc_post_kernel<1>, dim3(blocks), dim3(256), 0, stream, h, T, dim, y, post, comb);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();

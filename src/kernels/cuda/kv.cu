@@ -19,6 +19,7 @@ __device__ __forceinline__ const float* ring_or_chunk(const CompressorArgs& a, i
 
 // One block per token; emits when the token completes a block.
 __global__ void compressor_emit_kernel(BatchDesc b, CompressorArgs a) {
+  dev::pdl_begin();
   extern __shared__ float out[];  // [dim]
   __shared__ double red[32];
   const int t = blockIdx.x;
@@ -104,6 +105,7 @@ __global__ void compressor_emit_kernel(BatchDesc b, CompressorArgs a) {
 }
 
 __global__ void compressor_store_kernel(BatchDesc b, CompressorArgs a) {
+  dev::pdl_begin();
   const int t = blockIdx.x, s = b.tok_seq[t];
   const int i = t - b.seq_begin[s];
   if (i < b.seq_count[s] - a.rows) return;
@@ -117,6 +119,7 @@ __global__ void compressor_store_kernel(BatchDesc b, CompressorArgs a) {
 }
 
 __global__ void window_store_kernel(BatchDesc b, KvLayerView v, const float* kv) {
+  dev::pdl_begin();
   const int t = blockIdx.x, s = b.tok_seq[t];
   const int i = t - b.seq_begin[s];
   if (i < b.seq_count[s] - v.cap) return;
@@ -125,16 +128,20 @@ __global__ void window_store_kernel(BatchDesc b, KvLayerView v, const float* kv)
   for (int f = threadIdx.x; f < v.hd; f += blockDim.x) dst[f] = kv[size_t(t) * v.hd + f];
 }
 
-constexpr int kIdxKeys = 32;
-
-// grid (T, key tiles of 32); 256 threads = 32 keys x 8 head groups.
+// grid (T, key tiles of kIdxKeys); 256 threads = kIdxKeys keys x (256 / kIdxKeys) head groups. Tiles of 32 keys
+// share each block's load of q among more keys (prefill); tiles of 8 spread a decode step's few tiles over 4x
+// more SMs. q rows are padded by 8 floats so that the 4 heads a warp reads at 8-key tiles fall in different banks.
+template <int kIdxKeys>
 __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const float* q, const float* w, int heads,
                                                              int dim, const float* keys, int epp, int ratio,
                                                              float scale, float* scores, int ld) {
+  dev::pdl_begin();
+  constexpr int kGroups = 256 / kIdxKeys;
   extern __shared__ float sm[];
-  float* qs = sm;                        // [heads][dim]
-  float* ks = sm + heads * dim;          // [32][dim + 1]
-  __shared__ float part[8][kIdxKeys];
+  const int qp = dim + 8;
+  float* qs = sm;              // [heads][dim + 8]
+  float* ks = sm + heads * qp;  // [kIdxKeys][dim + 1]
+  __shared__ float part[kGroups][kIdxKeys];
   const int t = blockIdx.x, j0 = blockIdx.y * kIdxKeys;
   const int valid = (b.tok_pos[t] + 1) / ratio;
   if (j0 >= valid) return;
@@ -152,7 +159,7 @@ __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const 
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         const int i = b0 + u * blockDim.x;
-        if (i < q4) reinterpret_cast<float4*>(qs)[i] = v[u];
+        if (i < q4) *reinterpret_cast<float4*>(qs + (i / d4) * qp + 4 * (i % d4)) = v[u];
       }
     }
     for (int b0 = threadIdx.x; b0 < kIdxKeys * d4; b0 += blockDim.x * 8) {
@@ -180,11 +187,11 @@ __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const 
     }
   }
   __syncthreads();
-  const int j = threadIdx.x & 31, hg = threadIdx.x >> 5;
+  const int j = threadIdx.x % kIdxKeys, hg = threadIdx.x / kIdxKeys;
   const float* wt = w + size_t(t) * heads;
   float acc = 0.0f;
-  for (int h = hg; h < heads; h += 8) {
-    const float* qh = qs + h * dim;
+  for (int h = hg; h < heads; h += kGroups) {
+    const float* qh = qs + h * qp;
     const float* kj = ks + j * (dim + 1);
     float v = 0.0f;
     for (int c = 0; c < dim; ++c) v += qh[c] * kj[c];
@@ -194,7 +201,7 @@ __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const 
   __syncthreads();
   if (threadIdx.x < kIdxKeys && j0 + threadIdx.x < valid) {
     float total = 0.0f;
-    for (int g = 0; g < 8; ++g) total += part[g][threadIdx.x];
+    for (int g = 0; g < kGroups; ++g) total += part[g][threadIdx.x];
     scores[size_t(t) * ld + j0 + threadIdx.x] = total;
   }
 }
@@ -213,6 +220,7 @@ __device__ __forceinline__ bool before(uint32_t ka, int ia, uint32_t kb, int ib)
 
 __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b, const float* scores, int ld,
                                                                     int ratio, int k, int* idx) {
+  dev::pdl_begin();
   __shared__ int hist[256];
   __shared__ uint32_t s_prefix;
   __shared__ int s_remaining, s_count;
@@ -298,7 +306,9 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
     base += total;
     __syncthreads();
   }
-  // Bitonic sort of the kk selected (descending key, ascending index).
+  // Bitonic sort of the kk selected (descending key, ascending index). When every element has its own thread
+  // (P <= blockDim), the stages whose partner lies in the same warp (stride < 32) run in registers through
+  // shuffles, so only the stages with stride >= 32 need a block barrier (15 barriers instead of 45 at P = 512).
   int P = 1;
   while (P < kk) P <<= 1;
   for (int i = kk + threadIdx.x; i < P; i += blockDim.x) {
@@ -306,8 +316,10 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
     si[i] = INT_MAX;
   }
   __syncthreads();
+  const bool in_registers = P <= int(blockDim.x);
   for (int size = 2; size <= P; size <<= 1) {
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+    int stride = size >> 1;
+    for (; stride > 0 && (stride >= 32 || !in_registers); stride >>= 1) {
       for (int i = threadIdx.x; i < P; i += blockDim.x) {
         const int j = i ^ stride;
         if (j > i) {
@@ -325,6 +337,29 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
       }
       __syncthreads();
     }
+    if (stride == 0) continue;
+    // stride < 32 with one element per thread: the rest of this size's stages in registers.
+    const int x = threadIdx.x;
+    const bool own = x < P;  // whole warps: P >= 32 here or P is the warp's prefix (partners stay below P)
+    uint32_t key = own ? sk[x] : 0;
+    int id = own ? si[x] : INT_MAX;
+    const bool up = (x & size) == 0;
+    for (; stride > 0; stride >>= 1) {
+      const uint32_t ok = __shfl_xor_sync(0xffffffffu, key, stride);
+      const int oi = __shfl_xor_sync(0xffffffffu, id, stride);
+      const bool lower = (x & stride) == 0;
+      const bool want_before = lower == up;
+      const bool mine_first = before(key, id, ok, oi);
+      if (want_before != mine_first) {
+        key = ok;
+        id = oi;
+      }
+    }
+    if (own) {
+      sk[x] = key;
+      si[x] = id;
+    }
+    __syncthreads();
   }
   for (int j = threadIdx.x; j < kk; j += blockDim.x) out[j] = si[j];
 }
@@ -334,19 +369,19 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
 cudaError_t compressor_emit(const BatchDesc& b, const CompressorArgs& a, cudaStream_t stream) {
   if (b.T == 0) return cudaSuccess;
   if (a.post == 2 && ((a.dim & (a.dim - 1)) || a.dim % 32)) return cudaErrorInvalidValue;
-  compressor_emit_kernel<<<b.T, 256, a.dim * sizeof(float), stream>>>(b, a);
+  dev::launch(compressor_emit_kernel, dim3(b.T), dim3(256), a.dim * sizeof(float), stream, b, a);
   return cudaGetLastError();
 }
 
 cudaError_t compressor_store(const BatchDesc& b, const CompressorArgs& a, cudaStream_t stream) {
   if (b.T == 0) return cudaSuccess;
-  compressor_store_kernel<<<b.T, 256, 0, stream>>>(b, a);
+  dev::launch(compressor_store_kernel, dim3(b.T), dim3(256), 0, stream, b, a);
   return cudaGetLastError();
 }
 
 cudaError_t window_store(const BatchDesc& b, const KvLayerView& v, const float* kv, cudaStream_t stream) {
   if (b.T == 0) return cudaSuccess;
-  window_store_kernel<<<b.T, 128, 0, stream>>>(b, v, kv);
+  dev::launch(window_store_kernel, dim3(b.T), dim3(128), 0, stream, b, v, kv);
   return cudaGetLastError();
 }
 
@@ -354,23 +389,27 @@ cudaError_t indexer_scores(const BatchDesc& b, const float* q, const float* w, i
                            int epp, int ratio, float scale, int max_keys, float* scores, int ld,
                            cudaStream_t stream) {
   if (b.T == 0 || max_keys <= 0) return cudaSuccess;
-  const size_t smem = (size_t(heads) * dim + size_t(kIdxKeys) * (dim + 1)) * sizeof(float);
+  // 8-key tiles when 32-key tiles would leave SMs idle (a decode step), 32-key tiles otherwise.
+  const bool small = int64_t(b.T) * ((max_keys + 31) / 32) < dev::sm_count();
+  const int tile = small ? 8 : 32;
+  const size_t smem = (size_t(heads) * (dim + 8) + size_t(tile) * (dim + 1)) * sizeof(float);
   static bool configured = false;
   if (!configured) {
-    cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    cudaFuncSetAttribute(indexer_scores_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    cudaFuncSetAttribute(indexer_scores_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
     configured = true;
   }
-  if (smem > 200 * 1024) return cudaErrorInvalidValue;
-  dim3 grid(b.T, (max_keys + kIdxKeys - 1) / kIdxKeys);
-  indexer_scores_kernel<<<grid, 256, smem, stream>>>(b, q, w, heads, dim, keys, epp, ratio, scale, scores, ld);
-  return cudaGetLastError();
+  if (smem > 200 * 1024 || dim % 4 != 0) return cudaErrorInvalidValue;
+  dim3 grid(b.T, (max_keys + tile - 1) / tile);
+  return dev::launch(small ? indexer_scores_kernel<8> : indexer_scores_kernel<32>, grid, dim3(256), smem, stream, b, q,
+                     w, heads, dim, keys, epp, ratio, scale, scores, ld);
 }
 
 cudaError_t indexer_topk(const BatchDesc& b, const float* scores, int ld, int ratio, int k, int* idx,
                          cudaStream_t stream) {
   if (b.T == 0) return cudaSuccess;
   if (k > kTopkMax || k <= 0) return cudaErrorInvalidValue;
-  indexer_topk_kernel<<<b.T, kTopkThreads, 0, stream>>>(b, scores, ld, ratio, k, idx);
+  dev::launch(indexer_topk_kernel, dim3(b.T), dim3(kTopkThreads), 0, stream, b, scores, ld, ratio, k, idx);
   return cudaGetLastError();
 }
 

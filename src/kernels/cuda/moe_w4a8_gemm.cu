@@ -25,6 +25,7 @@
 #include <mutex>
 
 #include "kernels/cpu/moe_w4a8_pack.h"
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_w4a8.h"
 #include "kernels/cuda/wgmma_rs_fp8.cuh"
 
@@ -231,6 +232,21 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   const int NBT = p.N / (64 * WG);  // weight tiles per expert
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
+  // Before pdl_wait (the previous kernel may still run): the producer's descriptors and the barriers.
+  if (warp == 4 * WG && lane == 0) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_a)) : "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_sa)) : "memory");
+  }
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(&full_bar[s], 1);
+      mbar_init(&empty_bar[s], 4 * WG);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  dev::pdl_begin();
+
   // Schedule: items of expert e = NBT * ceil(cnt / BN), in expert order.
   if (warp == 0) {
     // All counts loaded up front (one memory latency, not one per 32 experts), then scanned.
@@ -267,18 +283,6 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       row_run += __shfl_sync(0xffffffffu, inc_rows, 31);
     }
     if (lane == 0) item_start[p.E] = item_run;
-  }
-  if (warp == 4 * WG && lane == 0) {  // the producer's descriptors, fetched while the schedule is built
-    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_a)) : "memory");
-    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_sa)) : "memory");
-  }
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
-      mbar_init(&full_bar[s], 1);
-      mbar_init(&empty_bar[s], 4 * WG);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
   __syncthreads();
   const int total_items = item_start[p.E];
@@ -591,8 +595,7 @@ cudaError_t launch_cfg(const Params& p, const MoeW4A8Input& in, cudaStream_t str
   if (setup_err != cudaSuccess) return setup_err;
   CUtensorMap ma, msa;
   if (!make_maps(in, p.K, C::BN, C::G, &ma, &msa)) return cudaErrorInvalidValue;
-  moe_w4a8_gemm_kernel<C><<<grid, C::kThreads, C::kSmemBytes, stream>>>(ma, msa, p);
-  return cudaGetLastError();
+  return dev::launch(moe_w4a8_gemm_kernel<C>, dim3(grid), dim3(C::kThreads), C::kSmemBytes, stream, ma, msa, p);
 }
 
 template <class C>

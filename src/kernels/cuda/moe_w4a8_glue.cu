@@ -53,6 +53,7 @@ __device__ __forceinline__ void quant8_store(const float (&v)[8], uint8_t* q, fl
 
 // ---- routing ----
 __global__ void route_hist_kernel(const int* topk_ids, int S, int E, int* hist) {
+  dev::pdl_begin();
   __shared__ int h[kMaxE];
   for (int e = threadIdx.x; e < E; e += blockDim.x) h[e] = 0;
   __syncthreads();
@@ -64,6 +65,7 @@ __global__ void route_hist_kernel(const int* topk_ids, int S, int E, int* hist) 
 
 // One block of kMaxE threads: per-expert totals, block bases, counts and expert row starts.
 __global__ void route_scan_kernel(int* hist, int nblk, int E, int cap, int* counts, int* start) {
+  dev::pdl_begin();
   __shared__ int tot[kMaxE];
   const int e = threadIdx.x;
   int total = 0;
@@ -122,6 +124,7 @@ __device__ __forceinline__ void place_slots(const int* topk_ids, int s0, int s1,
 // One warp per chunk of kRouteChunk slots.
 __global__ void route_place_kernel(const int* topk_ids, int S, int E, int cap, const int* hist, const int* start,
                                    int* row_of_slot, int* slot_of_row) {
+  dev::pdl_begin();
   __shared__ int seen[kMaxE];
   const int lane = threadIdx.x;
   for (int e = lane; e < E; e += 32) seen[e] = 0;
@@ -137,6 +140,7 @@ using dev::warp_inclusive_sum;
 // block instead of a memset and three launches (a decode step's routing is launch-bound).
 __global__ void route_small_kernel(const int* topk_ids, int S, int E, int cap, int rows, int* counts,
                                    int* row_of_slot, int* slot_of_row) {
+  dev::pdl_begin();
   __shared__ int seen[kMaxE];  // the histogram, then the running rank per expert during placement
   __shared__ int start[kMaxE];
   __shared__ int warp_base[32];
@@ -188,6 +192,7 @@ __device__ __forceinline__ void load8(const float* p, bool active, float (&v)[8]
 template <class In>
 __global__ void gather_quant_kernel(const In* x, int D, const int* slot_of_row, int topk, uint8_t* a, float* sa,
                                     int sa_ld) {
+  dev::pdl_begin();
   const int row = blockIdx.x;
   const int slot = slot_of_row[row];
   if (slot < 0) return;
@@ -202,6 +207,7 @@ __global__ void gather_quant_kernel(const In* x, int D, const int* slot_of_row, 
 template <class In>
 __global__ void swiglu_quant_kernel(const In* h, int I, const int* slot_of_row, const float* weights, float limit,
                                     int round_bf16, uint8_t* a2, float* sa2, int sa_ld) {
+  dev::pdl_begin();
   const int row = blockIdx.x;
   const int slot = slot_of_row[row];
   if (slot < 0) return;
@@ -227,6 +233,7 @@ __global__ void swiglu_quant_kernel(const In* h, int I, const int* slot_of_row, 
 // ---- combine (one block per token, 8 channels per thread) ----
 __global__ void combine_kernel(const uint16_t* y2, int D, const int* row_of_slot, const int* topk_ids, int topk,
                                float* out) {
+  dev::pdl_begin();
   const int t = blockIdx.x;
   int ids[8], rows[8];
   for (int j = 0; j < topk; ++j) {
@@ -274,16 +281,18 @@ cudaError_t moe_route_rows(const int* topk_ids, int T, int topk, int E, int cap,
   const int nblk = (S + kRouteChunk - 1) / kRouteChunk;
   const size_t rows = cap > 0 ? size_t(E) * cap : size_t(S);
   if (nblk == 1) {
-    route_small_kernel<<<1, 1024, 0, stream>>>(topk_ids, S, E, cap, int(rows), counts, row_of_slot, slot_of_row);
+    dev::launch(route_small_kernel, dim3(1), dim3(1024), 0, stream, topk_ids, S, E, cap, int(rows), counts, row_of_slot,
+                slot_of_row);
     return cudaGetLastError();
   }
   int* hist = static_cast<int*>(workspace);
   int* start = hist + size_t(nblk) * E;
   cudaError_t err = cudaMemsetAsync(slot_of_row, 0xff, rows * sizeof(int), stream);
   if (err != cudaSuccess) return err;
-  route_hist_kernel<<<nblk, 256, 0, stream>>>(topk_ids, S, E, hist);
-  route_scan_kernel<<<1, kMaxE, 0, stream>>>(hist, nblk, E, cap, counts, start);
-  route_place_kernel<<<nblk, 32, 0, stream>>>(topk_ids, S, E, cap, hist, start, row_of_slot, slot_of_row);
+  dev::launch(route_hist_kernel, dim3(nblk), dim3(256), 0, stream, topk_ids, S, E, hist);
+  dev::launch(route_scan_kernel, dim3(1), dim3(kMaxE), 0, stream, hist, nblk, E, cap, counts, start);
+  dev::launch(route_place_kernel, dim3(nblk), dim3(32), 0, stream, topk_ids, S, E, cap, hist, start, row_of_slot,
+              slot_of_row);
   return cudaGetLastError();
 }
 
@@ -291,7 +300,8 @@ template <class In>
 cudaError_t launch_gather_quant(const In* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a, float* sa,
                                 int sa_ld, cudaStream_t stream) {
   if (D % 128 != 0 || D / 8 > 1024 || rows <= 0) return cudaErrorInvalidValue;
-  gather_quant_kernel<<<rows, (D / 8 + 31) / 32 * 32, 0, stream>>>(x, D, slot_of_row, topk, a, sa, sa_ld);
+  dev::launch(gather_quant_kernel<In>, dim3(rows), dim3((D / 8 + 31) / 32 * 32), 0, stream, x, D, slot_of_row, topk, a,
+              sa, sa_ld);
   return cudaGetLastError();
 }
 
@@ -299,8 +309,8 @@ template <class In>
 cudaError_t launch_swiglu_quant(const In* h, int I, const int* slot_of_row, int rows, const float* weights,
                                 float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream) {
   if (I % 128 != 0 || I / 8 > 1024 || rows <= 0) return cudaErrorInvalidValue;
-  swiglu_quant_kernel<<<rows, (I / 8 + 31) / 32 * 32, 0, stream>>>(h, I, slot_of_row, weights, limit,
-                                                                  round_bf16 ? 1 : 0, a2, sa2, sa_ld);
+  dev::launch(swiglu_quant_kernel<In>, dim3(rows), dim3((I / 8 + 31) / 32 * 32), 0, stream, h, I, slot_of_row, weights,
+              limit, round_bf16 ? 1 : 0, a2, sa2, sa_ld);
   return cudaGetLastError();
 }
 
@@ -325,7 +335,7 @@ cudaError_t moe_swiglu_quant_f32(const float* h, int I, const int* slot_of_row, 
 cudaError_t moe_combine(const uint16_t* y2, int D, const int* row_of_slot, const int* topk_ids, int T, int topk,
                         float* out, cudaStream_t stream) {
   if (D % 8 != 0 || D / 8 > 1024 || topk > 8 || T <= 0) return cudaErrorInvalidValue;
-  combine_kernel<<<T, D / 8, 0, stream>>>(y2, D, row_of_slot, topk_ids, topk, out);
+  dev::launch(combine_kernel, dim3(T), dim3(D / 8), 0, stream, y2, D, row_of_slot, topk_ids, topk, out);
   return cudaGetLastError();
 }
 

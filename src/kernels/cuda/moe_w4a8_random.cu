@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/moe_w4a8_pack.h"
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_w4a8.h"
 
 namespace moeserve::cuda {
@@ -26,6 +27,7 @@ __device__ __forceinline__ uint32_t mix32(uint64_t x) {
 // i.e. exponents R - [0, spread]), then R[N] = ref_exp.
 __global__ void fill_random_packed_kernel(uint32_t* packed, size_t words, size_t expert_words, size_t ref_word,
                                           int ref_exp, int spread, uint64_t seed) {
+  dev::pdl_begin();
   constexpr int kWordsPerChunk = pack::kChunkBytes / 4, kWeightWords = pack::kChunkWeightBytes / 4;
   const uint32_t ref4 = uint32_t(ref_exp) * 0x01010101u;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += size_t(gridDim.x) * blockDim.x) {
@@ -52,8 +54,8 @@ cudaError_t moe_w4a8_fill_random(uint8_t* packed, int E, int N, int K, int ref_e
     return cudaErrorInvalidValue;
   const size_t expert_words = pack::moe_w4a8_packed_expert_bytes(N, K) / 4;
   const size_t ref_word = pack::moe_w4a8_row_ref_offset(N, K) / 4;
-  fill_random_packed_kernel<<<1024, 256, 0, stream>>>(reinterpret_cast<uint32_t*>(packed), expert_words * E,
-                                                      expert_words, ref_word, ref_exp, spread, seed);
+  dev::launch(fill_random_packed_kernel, dim3(1024), dim3(256), 0, stream, reinterpret_cast<uint32_t*>(packed),
+              expert_words * E, expert_words, ref_word, ref_exp, spread, seed);
   return cudaGetLastError();
 }
 

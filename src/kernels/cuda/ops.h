@@ -13,6 +13,12 @@
 
 namespace moeserve::cuda {
 
+// Programmatic dependent launch for the forward's kernels (each kernel's launch and weight prologue overlap the
+// previous kernel's drain; kernels/cuda/common.cuh launch). On unless the environment sets MOESERVE_PDL=0 (A/B
+// timing); set_pdl_enabled overrides for the process.
+bool pdl_enabled();
+void set_pdl_enabled(bool on);
+
 // ----------------------------------------------------------------------------------------------------------
 // The token/sequence layout of one forward over a batch of sequence chunks (model/block.h Segment), all device
 // arrays. Token t belongs to sequence tok_seq[t] at position tok_pos[t]; sequence s owns batch rows
@@ -96,12 +102,19 @@ cudaError_t hc_mix_partial(const float* h, int T, int width, const float* fn, in
 // hc_pre (kernels/cpu/hyper_connection.h) from the partials: pre/post/comb (Sinkhorn), collapsed = sum_j pre_j
 // h_j, then collapsed is RMS-normed with norm_w when norm_w != null (the block's attn_norm/ffn_norm). head mode
 // (mix == hc): hc_head: pre only, no post/comb. post [T, hc], comb [T, hc, hc] (ignored in head mode).
+// hc in {1, 2, 4, 8}, dim a multiple of 4, mix <= 63 (else cudaErrorInvalidValue).
 cudaError_t hc_pre_finish(const float* partial, int splits, const float* h, int T, int hc, int dim, int mix,
                           const float* base, const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps,
                           const float* norm_w, float* collapsed, float* post, float* comb, cudaStream_t stream);
 // In place: h[t, k] = post[t, k] * y[t] + sum_j comb[t, j, k] * h[t, j].
 cudaError_t hc_post(float* h, int T, int hc, int dim, const float* y, const float* post, const float* comb,
                     cudaStream_t stream);
+// hc_post, then hc_mix_partial of the updated h with the next mix weights fn, in one pass (for decode-sized T:
+// fn is read once per token): partial gets hc_post_mix_splits(hc, dim) splits in hc_mix_partial's layout, for
+// hc_pre_finish. hc == 4, mix 24 (a block's pre) or 4 (the head).
+int hc_post_mix_splits(int hc, int dim);
+cudaError_t hc_post_mix(float* h, int T, int hc, int dim, const float* y, const float* post, const float* comb,
+                        const float* fn, int mix, float* partial, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------- GEMV (gemv.cu)
 // y[m, n] (+)= sum_k x[m, k] * W[n, k] with fp32 activations and fp32 accumulation, for few rows m (decode,

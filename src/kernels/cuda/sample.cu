@@ -29,6 +29,7 @@ __device__ double block_sum_d(double v) {
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int vocab, float temperature,
                                                           float top_p, int top_k, const double* u, int* tokens,
                                                           float* probs_out, double* work) {
+  dev::pdl_begin();
   using Scan = cub::BlockScan<double, kThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
   __shared__ unsigned long long s_key;
@@ -158,8 +159,8 @@ size_t sample_work_bytes(int rows, int vocab) { return size_t(rows) * vocab * si
 cudaError_t sample_rows(const float* logits, int rows, int vocab, float temperature, float top_p, int top_k,
                         const double* u, int* tokens, float* probs, void* work, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  sample_kernel<<<rows, kThreads, 0, stream>>>(logits, vocab, temperature, top_p, top_k, u, tokens, probs,
-                                               static_cast<double*>(work));
+  dev::launch(sample_kernel, dim3(rows), dim3(kThreads), 0, stream, logits, vocab, temperature, top_p, top_k, u, tokens,
+              probs, static_cast<double*>(work));
   return cudaGetLastError();
 }
 

@@ -16,7 +16,7 @@ namespace ref = kernels::cpu;
 TEST(CudaOps, HyperConnectionPreHeadPost) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
-  for (int D : {64, 4096, 7168}) {
+  for (int D : {64, 4096, 7168, 8200}) {  // 8200: longer than one pass of the finish kernel's collapse threads
     for (int T : {1, 3, 33}) {
       const int hc = 4, mix = 24, width = hc * D;
       auto h = normal(size_t(T) * width, g);
@@ -82,6 +82,68 @@ TEST(CudaOps, HyperConnectionPreHeadPost) {
       ref::hc_head(hfn.data(), hbase.data(), hscale.data(), hc, D, 1e-6f, 1e-6f, h.data(), T, hw.data());
       ref::rms_norm(hw.data(), T, D, nw.data(), 1e-6f);
       expect_close_rel(host(out), hw, 3e-5f, 3e-5f, "hc_head+norm" + tag);
+    }
+  }
+}
+
+// hc_post fused with the next mix (decode path): the updated streams match hc_post, and the partials it leaves
+// give hc_pre_finish the same pre/post/comb and collapsed row as the reference's hc_post then hc_pre (a block's
+// mix of 24) or hc_head (the head's mix of 4).
+TEST(CudaOps, HyperConnectionPostFusedWithNextMix) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  for (int D : {64, 96, 4096, 7168}) {
+    for (int T : {1, 3, 8}) {
+      const int hc = 4, width = hc * D;
+      const std::string tag = " D=" + std::to_string(D) + " T=" + std::to_string(T);
+      auto h = normal(size_t(T) * width, g);
+      auto y = normal(size_t(T) * D, g);
+      auto post = uniform(size_t(T) * hc, g, 0.0f, 2.0f);
+      auto comb = uniform(size_t(T) * hc * hc, g, 0.0f, 0.5f);
+      auto nw = uniform(size_t(D), g, 0.5f, 1.5f);
+      for (int mix : {24, 4}) {
+        auto fn = uniform(size_t(mix) * width, g, -0.02f, 0.02f);
+        auto base = uniform(size_t(mix), g);
+        auto scale = uniform(3, g, 0.5f, 1.5f);
+        ref::HyperConnectionParams p{fn.data(), base.data(), scale.data(), hc, D, 20, 1e-6f, 1e-6f};
+        std::vector<float> want_h = h;
+        ref::hc_post(p, want_h.data(), T, y.data(), post.data(), comb.data());
+        auto dh = dev(h);
+        auto dy = dev(y);
+        auto dpost = dev(post);
+        auto dcomb = dev(comb);
+        auto dfn = dev(fn);
+        auto db = dev(base);
+        auto ds = dev(scale);
+        auto dnw = dev(nw);
+        const int splits = cuda::hc_post_mix_splits(hc, D);
+        cuda::DeviceArray<float> partial(size_t(splits) * T * (mix + 1), "partial");
+        MOESERVE_CUDA_CHECK(cuda::hc_post_mix(dh.data(), T, hc, D, dy.data(), dpost.data(), dcomb.data(), dfn.data(),
+                                              mix, partial.data(), nullptr));
+        expect_close_rel(host(dh), want_h, 1e-6f, 1e-6f, "hc_post_mix streams mix=" + std::to_string(mix) + tag);
+        auto out = poisoned<float>(size_t(T) * D);
+        if (mix == 24) {
+          auto gpost = poisoned<float>(size_t(T) * hc);
+          auto gcomb = poisoned<float>(size_t(T) * hc * hc);
+          MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial.data(), splits, dh.data(), T, hc, D, mix, db.data(),
+                                                  ds.data(), 20, 1e-6f, 1e-6f, dnw.data(), out.data(), gpost.data(),
+                                                  gcomb.data(), nullptr));
+          std::vector<float> col(size_t(T) * D), rpost(size_t(T) * hc), rcomb(size_t(T) * hc * hc);
+          ref::hc_pre(p, want_h.data(), T, col.data(), rpost.data(), rcomb.data());
+          ref::rms_norm(col.data(), T, D, nw.data(), 1e-6f);
+          expect_close_rel(host(out), col, 3e-5f, 3e-5f, "hc_post_mix -> hc_pre+norm collapsed" + tag);
+          expect_close_rel(host(gpost), rpost, 0.0f, 2e-5f, "hc_post_mix -> hc_pre post" + tag);
+          expect_close_rel(host(gcomb), rcomb, 0.0f, 2e-5f, "hc_post_mix -> hc_pre comb" + tag);
+        } else {
+          MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial.data(), splits, dh.data(), T, hc, D, hc, db.data(),
+                                                  ds.data(), 0, 1e-6f, 1e-6f, dnw.data(), out.data(), nullptr, nullptr,
+                                                  nullptr));
+          std::vector<float> hw(size_t(T) * D);
+          ref::hc_head(fn.data(), base.data(), scale.data(), hc, D, 1e-6f, 1e-6f, want_h.data(), T, hw.data());
+          ref::rms_norm(hw.data(), T, D, nw.data(), 1e-6f);
+          expect_close_rel(host(out), hw, 3e-5f, 3e-5f, "hc_post_mix -> hc_head+norm" + tag);
+        }
+      }
     }
   }
 }
