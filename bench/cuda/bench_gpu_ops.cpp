@@ -422,15 +422,20 @@ void bench_layer_decode(cuda::Blas& blas) {
       // replays of the 4-layer MXFP4-expert model at that batch, for a per-kernel breakdown.
       const char* prof_b = std::getenv("MOESERVE_PROFILE_LAYER_B");
       const bool profile = prof_b && std::atoi(prof_b) == B && mxfp4 && layers == 4;
-      if (profile) cudaProfilerStart();
-      cudaEventRecord(a, m->stream());
-      for (int i = 0; i < reps; ++i) m->forward_async(cache, reqs, &first, &count, true, ctx + 64);
-      cudaEventRecord(b, m->stream());
-      MOESERVE_CUDA_CHECK(cudaEventSynchronize(b));
-      if (profile) cudaProfilerStop();
-      float ms;
-      cudaEventElapsedTime(&ms, a, b);
-      step[li] = ms * 1000.0 / reps;
+      // The best of 3 rounds of `reps` replays: clocks are not fixed and single rounds varied by up to 20 %.
+      float best_ms = 1e30f;
+      for (int round = 0; round < (profile ? 1 : 3); ++round) {
+        if (profile) cudaProfilerStart();
+        cudaEventRecord(a, m->stream());
+        for (int i = 0; i < reps; ++i) m->forward_async(cache, reqs, &first, &count, true, ctx + 64);
+        cudaEventRecord(b, m->stream());
+        MOESERVE_CUDA_CHECK(cudaEventSynchronize(b));
+        if (profile) cudaProfilerStop();
+        float ms;
+        cudaEventElapsedTime(&ms, a, b);
+        best_ms = std::min(best_ms, ms);
+      }
+      step[li] = best_ms * 1000.0 / reps;
       cudaEventDestroy(a);
       cudaEventDestroy(b);
     }
