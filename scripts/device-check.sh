@@ -49,6 +49,9 @@ done
 if [ "${PEERS:-1}" != 0 ] && python3 -c "import torch" 2>/dev/null; then  # PyTorch / HF transformers peers (PEERS=0 skips)
   PYTHONUNBUFFERED=1 timeout 300 python3 tools/torch_peers.py >"$OUT/torch_peers.log" 2>&1
   rows+=("torch_peers|rc=$?|$(tail -1 "$OUT/torch_peers.log" | cut -c1-120)")
+  # HF eager DeepSeek-V4 on a V4-Flash-shaped 2-layer random model beside `$BIN/moeserve generate --load-format dummy`
+  MOESERVE_BIN="$BIN" PYTHONUNBUFFERED=1 timeout 300 python3 tools/hf_flash_dummy_peer.py >"$OUT/hf_flash_dummy_peer.log" 2>&1
+  rows+=("hf_flash_dummy_peer|rc=$?|$(tail -1 "$OUT/hf_flash_dummy_peer.log" | cut -c1-120)")
   # grouped MoE GEMM peers for bench_gpu_moe_w4a8 (also writes $OUT/torch_moe_peers.json)
   OUT="$OUT" PYTHONUNBUFFERED=1 timeout 300 python3 tools/torch_moe_peers.py >"$OUT/torch_moe_peers.log" 2>&1
   rows+=("torch_moe_peers|rc=$?|$(tail -1 "$OUT/torch_moe_peers.log" | cut -c1-120)")

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMOESERVE_CUDA=ON >/dev/null
-targets=(test_gpu)
+targets=(test_gpu moeserve)  # the CLI: tools/hf_flash_dummy_peer.py runs `moeserve generate --load-format dummy`
 for src in bench/cuda/*.cpp bench/cuda/*.cu; do [ -e "$src" ] && targets+=("$(basename "${src%.*}")"); done
 cmake --build "$BUILD" -j"$(nproc)" --target "${targets[@]}"
 rm -rf .device-bin && mkdir -p .device-bin
