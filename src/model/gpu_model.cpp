@@ -388,8 +388,8 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   linear(L.wq_b.view(), qr_, T, ql, q_, H * hd, true);
   MOESERVE_CUDA_CHECK(cuda::rope(q_, T, H, hd, H * hd, rd, b.tok_pos, inv, rscale, false, eps, st));
   linear(L.wkv.view(), x, T, D, kv_, hd, true);
-  MOESERVE_CUDA_CHECK(cuda::rms_norm(kv_, T, hd, hd, L.kv_norm.data(), eps, kv_, hd, st));
-  MOESERVE_CUDA_CHECK(cuda::rope(kv_, T, 1, hd, hd, rd, b.tok_pos, inv, rscale, false, 0.0f, st));
+  // kv_norm (weighted RMSNorm of the one kv head) fused into the rope kernel.
+  MOESERVE_CUDA_CHECK(cuda::rope(kv_, T, 1, hd, hd, rd, b.tok_pos, inv, rscale, false, eps, st, L.kv_norm.data()));
   if (num.kv_fp8) MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(kv_, T, hd, nope, 64, st));
 
   const cuda::KvLayerView v = cache.view(l);

@@ -53,18 +53,40 @@ __global__ void rms_norm_kernel(const float* x, int dim, int ldx, const float* w
 
 // One warp per (token, head): optional unweighted RMSNorm of the head, then the rotation of its trailing dims.
 __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
-                            const float* inv_freq, float attn_scale, bool inverse, float norm_eps) {
+                            const float* inv_freq, float attn_scale, bool inverse, float norm_eps,
+                            const float* norm_w) {
   dev::pdl_begin();
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (row >= T * heads) return;
   const int t = row / heads, h = row % heads;
   float* v = x + size_t(t) * ld + size_t(h) * head_dim;
   if (norm_eps > 0.0f) {
+    // Rows up to 32 * kHeld values are held in registers, all loaded before the sum (one memory latency);
+    // the sum is in the same order either way.
+    constexpr int kHeld = 16;
     double sum = 0;
-    for (int i = lane; i < head_dim; i += 32) sum += double(v[i]) * double(v[i]);
+    float held[kHeld];
+    const bool in_regs = head_dim <= 32 * kHeld;
+    if (in_regs) {
+#pragma unroll
+      for (int u = 0; u < kHeld; ++u) held[u] = lane + 32 * u < head_dim ? v[lane + 32 * u] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < kHeld; ++u)
+        if (lane + 32 * u < head_dim) sum += double(held[u]) * double(held[u]);
+    } else {
+      for (int i = lane; i < head_dim; i += 32) sum += double(v[i]) * double(v[i]);
+    }
     sum = warp_sum(sum);
     const float s = float(1.0 / sqrt(sum / double(head_dim) + double(norm_eps)));
-    for (int i = lane; i < head_dim; i += 32) v[i] = v[i] * s;
+    if (in_regs) {
+#pragma unroll
+      for (int u = 0; u < kHeld; ++u) {
+        const int i = lane + 32 * u;
+        if (i < head_dim) v[i] = norm_w ? held[u] * s * norm_w[i] : held[u] * s;
+      }
+    } else {
+      for (int i = lane; i < head_dim; i += 32) v[i] = norm_w ? v[i] * s * norm_w[i] : v[i] * s;
+    }
     __syncwarp();
   }
   const int half = rope_dim / 2;
@@ -237,10 +259,11 @@ cudaError_t rms_norm(const float* x, int rows, int dim, int ldx, const float* w,
 }
 
 cudaError_t rope(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
-                 const float* inv_freq, float attn_scale, bool inverse, float norm_eps, cudaStream_t stream) {
+                 const float* inv_freq, float attn_scale, bool inverse, float norm_eps, cudaStream_t stream,
+                 const float* norm_w) {
   if (T == 0 || heads == 0) return cudaSuccess;
   dev::launch(rope_kernel, dim3(blocks_for(size_t(T) * heads, 4)), dim3(128), 0, stream, x, T, heads, head_dim, ld,
-              rope_dim, pos, inv_freq, attn_scale, inverse, norm_eps);
+              rope_dim, pos, inv_freq, attn_scale, inverse, norm_eps, norm_w);
   return cudaGetLastError();
 }
 

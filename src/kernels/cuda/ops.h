@@ -59,11 +59,13 @@ cudaError_t embed_gather(const void* table, bool table_bf16, int D, const int* i
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) (* w), rows of `dim` (kernels/cpu/norm.h). In place when out == x.
 cudaError_t rms_norm(const float* x, int rows, int dim, int ldx, const float* w, float eps, float* out, int ldo,
                      cudaStream_t stream);
-// For each token t, each of `heads` rows of head_dim at x + t * ld + h * head_dim: optionally the unweighted
-// per-head RMSNorm first (norm_eps > 0), then the interleaved rotation of the trailing rope_dim values at
-// position pos[t] (kernels/cpu/rope.h RopeTable::apply; inverse = conjugate). inv_freq: [rope_dim / 2].
+// For each token t, each of `heads` rows of head_dim at x + t * ld + h * head_dim: optionally the per-head
+// RMSNorm first (norm_eps > 0; weighted by norm_w [head_dim] when given, as rms_norm), then the interleaved
+// rotation of the trailing rope_dim values at position pos[t] (kernels/cpu/rope.h RopeTable::apply; inverse =
+// conjugate). inv_freq: [rope_dim / 2].
 cudaError_t rope(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
-                 const float* inv_freq, float attn_scale, bool inverse, float norm_eps, cudaStream_t stream);
+                 const float* inv_freq, float attn_scale, bool inverse, float norm_eps, cudaStream_t stream,
+                 const float* norm_w = nullptr);
 // In place: each `block` of the first `width` values of each row -> fp8(clamp(x / s)) * s, s the power-of-two
 // scale of the block's amax (kernels/cpu/quant.h fp8_block_sim; a trailing partial block is its own block).
 cudaError_t fp8_block_sim(float* x, int rows, int ld, int width, int block, cudaStream_t stream);

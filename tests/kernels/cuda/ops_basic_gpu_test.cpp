@@ -73,18 +73,22 @@ TEST(CudaOps, RopeYarnWithHeadNormAndInverse) {
     std::vector<int> pos(static_cast<size_t>(c.T));
     for (auto& p : pos) p = int(g() % 1000000);
     auto dpos = dev(pos);
-    for (int mode = 0; mode < 3; ++mode) {  // 0: norm + rope, 1: rope, 2: inverse
+    // 0: norm + rope, 1: rope, 2: inverse, 3: weighted norm (the kv head's kv_norm) + rope
+    auto nw = uniform(size_t(c.hd), g, 0.5f, 1.5f);
+    auto dnw = dev(nw);
+    for (int mode = 0; mode < 4; ++mode) {
+      const bool norm = mode == 0 || mode == 3;
       auto x = normal(size_t(c.T) * c.H * c.hd, g, 2.0f);
       auto dx = dev(x);
       MOESERVE_CUDA_CHECK(cuda::rope(dx.data(), c.T, c.H, c.hd, c.H * c.hd, c.rd, dpos.data(), inv.data(), 1.0f,
-                                     mode == 2, mode == 0 ? 1e-6f : 0.0f, nullptr));
+                                     mode == 2, norm ? 1e-6f : 0.0f, nullptr, mode == 3 ? dnw.data() : nullptr));
       std::vector<float> want = x;
       for (int t = 0; t < c.T; ++t) {
         float* row = want.data() + size_t(t) * c.H * c.hd;
-        if (mode == 0) ref::rms_norm(row, c.H, c.hd, nullptr, 1e-6f);
+        if (norm) ref::rms_norm(row, c.H, c.hd, mode == 3 ? nw.data() : nullptr, 1e-6f);
         table.apply(row, c.H, c.hd, pos[size_t(t)], mode == 2);
       }
-      expect_close_rel(host(dx), want, 2e-6f, 2e-6f * (mode == 0 ? 3.0f : max_abs(x)),
+      expect_close_rel(host(dx), want, 2e-6f, 2e-6f * (mode == 0 ? 3.0f : mode == 3 ? 4.5f : max_abs(x)),
                        "rope mode " + std::to_string(mode) + " H=" + std::to_string(c.H) + " hd=" + std::to_string(c.hd));
     }
   }
