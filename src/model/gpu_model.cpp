@@ -313,7 +313,8 @@ void set_weights(cuda::GemvArgs& a, const GemmView& v, int N, int K) {
 }
 }  // namespace
 
-void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant) {
+void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
+                      bool fp32_input) {
   if (M == 0 || v.N == 0) return;
   cudaStream_t st = stream();
   const bool sim = act_quant && v.act_quant && options_.numerics.act_fp8;
@@ -335,12 +336,25 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
       const float* xin;
       int ld;
       input(&xin, &ld);
-      if (tmp_bf16_n_ < size_t(M) * K) {
-        tmp_bf16_ = static_cast<uint16_t*>(bufs_[101].get(size_t(M) * K * 2, &generation_));
-        tmp_bf16_n_ = size_t(M) * K;
+      // fp32-input linears of the reference (router gate, compressors) take x as two bf16 terms, hi + lo
+      // (~16 significant bits), through two BF16 GEMMs: one bf16 rounding of a compressor's input flipped
+      // indexer selections (max |dlogit| 0.124 with one term vs 0.038 split, GpuW4A8Moe test at 16-token chunks).
+      const size_t need = size_t(M) * K * (fp32_input ? 2 : 1);
+      if (tmp_bf16_n_ < need) {
+        tmp_bf16_ = static_cast<uint16_t*>(bufs_[101].get(need * 2, &generation_));
+        tmp_bf16_n_ = need;
       }
-      MOESERVE_CUDA_CHECK(cuda::to_bf16(xin, M, K, ld, tmp_bf16_, st));
-      if (blas_.gemm_bf16(tmp_bf16_, static_cast<const uint16_t*>(v.w), y, M, v.N, K, ldy, st)) return;
+      const auto* w = static_cast<const uint16_t*>(v.w);
+      if (fp32_input) {
+        uint16_t* lo = tmp_bf16_ + size_t(M) * K;
+        MOESERVE_CUDA_CHECK(cuda::to_bf16_split(xin, M, K, ld, tmp_bf16_, lo, st));
+        if (blas_.gemm_bf16(tmp_bf16_, w, y, M, v.N, K, ldy, st) &&
+            blas_.gemm_bf16(lo, w, y, M, v.N, K, ldy, st, /*accumulate=*/true))
+          return;
+      } else {
+        MOESERVE_CUDA_CHECK(cuda::to_bf16(xin, M, K, ld, tmp_bf16_, st));
+        if (blas_.gemm_bf16(tmp_bf16_, w, y, M, v.N, K, ldy, st)) return;
+      }
     } else if (v.blk_scale && K % 128 == 0 && ldx % 4 == 0) {
       if (tmp_u8_n_ < size_t(M) * K) {
         tmp_u8_ = static_cast<uint8_t*>(bufs_[102].get(size_t(M) * K, &generation_));
@@ -399,7 +413,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   const int nH = int(c.index_n_heads), id = int(c.index_head_dim);
   if (comp) {
     const int width = (comp->overlap ? 2 : 1) * comp->dim;
-    linear(comp->wkv_gate.view(), x, T, D, ckv_, 2 * width, true);
+    linear(comp->wkv_gate.view(), x, T, D, ckv_, 2 * width, true, /*fp32_input=*/true);
     MOESERVE_CUDA_CHECK(cuda::add_ape(ckv_ + width, T, width, 2 * width, b.tok_pos, comp->ape.data(), comp->ratio, st));
     ca.kv = ckv_;
     ca.score = ckv_ + width;
@@ -423,7 +437,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   }
   if (icomp) {
     const int width = 2 * icomp->dim;
-    linear(icomp->wkv_gate.view(), x, T, D, ikv_, 2 * width, true);
+    linear(icomp->wkv_gate.view(), x, T, D, ikv_, 2 * width, true, /*fp32_input=*/true);
     MOESERVE_CUDA_CHECK(cuda::add_ape(ikv_ + width, T, width, 2 * width, b.tok_pos, icomp->ape.data(), icomp->ratio, st));
     linear(L.index_wq_b.view(), qr_, T, ql, iq_, nH * id, true);
     MOESERVE_CUDA_CHECK(cuda::rope(iq_, T, nH, id, nH * id, rd, b.tok_pos, inv_freq_compress_.data(), cscale, false, 0.0f, st));
@@ -497,9 +511,25 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     a.problems = G;
     MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
   } else {
-    for (int g = 0; g < G; ++g)
-      linear(L.wo_a.view(0, g * olora, olora), o_ + size_t(g) * group_in, T, H * hd, grouped_ + size_t(g) * olora,
-             G * olora, false);
+    // The reference's grouped projection is a BF16 einsum on the dequantized weight with an unquantized input
+    // (docs/numerics.md), so an FP8 wo_a is dequantized for the BF16 GEMM (exact for its E8M0 scales) instead
+    // of taking the FP8 path, which would quantize the input.
+    GemmView w = L.wo_a.view();
+    if (w.type == WeightType::FP8) {
+      auto* bf16 = static_cast<uint16_t*>(bufs_[104].get(size_t(w.N) * w.K * 2, &generation_));
+      MOESERVE_CUDA_CHECK(cuda::fp8_weights_to_bf16(static_cast<const uint8_t*>(w.w), w.row_scale, w.N, w.K,
+                                                    w.scale_ld, bf16, st));
+      w = GemmView{};
+      w.w = bf16;
+      w.N = L.wo_a.out;
+      w.K = L.wo_a.in;
+    }
+    for (int g = 0; g < G; ++g) {
+      GemmView wg = w;
+      wg.w = static_cast<const uint16_t*>(w.w) + size_t(g) * olora * w.K;
+      wg.N = olora;
+      linear(wg, o_ + size_t(g) * group_in, T, H * hd, grouped_ + size_t(g) * olora, G * olora, false);
+    }
   }
   linear(L.wo_b.view(), grouped_, T, G * olora, out, D, true);
 }
@@ -515,7 +545,7 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
   const float limit = float(c.swiglu_limit);
   const Numerics& num = options_.numerics;
 
-  linear(L.gate.view(), x, T, D, gate_logits_, E, false);
+  linear(L.gate.view(), x, T, D, gate_logits_, E, false, /*fp32_input=*/true);
   const int func = c.scoring_func == "sqrtsoftplus" ? 0 : c.scoring_func == "sigmoid" ? 1 : 2;
   MOESERVE_CUDA_CHECK(cuda::moe_route(gate_logits_, T, E, K, func, spec.hash_moe ? nullptr : L.gate_bias.data(),
                                       spec.hash_moe ? L.tid2eid.data() : nullptr, b.tok_id, c.norm_topk_prob,

@@ -92,7 +92,10 @@ class GpuModel {
   void attention(GpuKvCache& cache, const Plan& p, int layer, const float* x, float* out);
   void moe(const Plan& p, int layer, const float* x, float* out);
   void moe_mxfp4(const GpuMxfp4Experts& experts, int T, int K, float limit, const float* x, float* out);
-  void linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant);
+  // fp32_input: the reference computes this linear on an fp32 input (router gate, compressors; the head is
+  // left on one bf16 term: its rounding moves logits by ~1e-3, not selections).
+  void linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
+              bool fp32_input = false);
   float* tmp_f32(size_t n);
   cuda::BatchDesc batch_desc(const Plan& p) const;
 

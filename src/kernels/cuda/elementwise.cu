@@ -169,6 +169,28 @@ __global__ void to_bf16_kernel(const float* x, int M, int K, int ldx, uint16_t* 
   out[i] = *reinterpret_cast<uint16_t*>(&b);
 }
 
+__global__ void to_bf16_split_kernel(const float* x, int M, int K, int ldx, uint16_t* hi, uint16_t* lo) {
+  dev::pdl_begin();
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(M) * K) return;
+  const int m = int(i / K), k = int(i % K);
+  const float v = x[size_t(m) * ldx + k];
+  const __nv_bfloat16 h = __float2bfloat16_rn(v);
+  const __nv_bfloat16 l = __float2bfloat16_rn(v - __bfloat162float(h));
+  hi[i] = *reinterpret_cast<const uint16_t*>(&h);
+  lo[i] = *reinterpret_cast<const uint16_t*>(&l);
+}
+
+__global__ void fp8_weights_to_bf16_kernel(const uint8_t* w, const float* row_scale, int N, int K, int scale_ld,
+                                           uint16_t* out) {
+  dev::pdl_begin();
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(N) * K) return;
+  const int n = int(i / K), k = int(i % K);
+  __nv_bfloat16 b = __float2bfloat16_rn(fp8_value(w[i]) * row_scale[size_t(n) * scale_ld + k / 128]);
+  out[i] = *reinterpret_cast<uint16_t*>(&b);
+}
+
 __global__ void add_ape_kernel(float* score, int width, int ld, const int* pos, const float* ape, int ratio) {
   dev::pdl_begin();
   const int t = blockIdx.x;
@@ -293,6 +315,19 @@ cudaError_t to_bf16(const float* x, int M, int K, int ldx, uint16_t* out, cudaSt
   if (M == 0) return cudaSuccess;
   dev::launch(to_bf16_kernel, dim3(blocks_for(size_t(M) * K, 256)), dim3(256), 0, stream, x, M, K, ldx, out);
   return cudaGetLastError();
+}
+
+cudaError_t to_bf16_split(const float* x, int M, int K, int ldx, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {
+  if (M == 0) return cudaSuccess;
+  return dev::launch(to_bf16_split_kernel, dim3(blocks_for(size_t(M) * K, 256)), dim3(256), 0, stream, x, M, K, ldx,
+                     hi, lo);
+}
+
+cudaError_t fp8_weights_to_bf16(const uint8_t* w, const float* row_scale, int N, int K, int scale_ld, uint16_t* out,
+                                cudaStream_t stream) {
+  if (N == 0 || K == 0) return cudaSuccess;
+  return dev::launch(fp8_weights_to_bf16_kernel, dim3(blocks_for(size_t(N) * K, 256)), dim3(256), 0, stream, w,
+                     row_scale, N, K, scale_ld, out);
 }
 
 cudaError_t add_ape(float* score, int T, int width, int ld, const int* pos, const float* ape, int ratio,

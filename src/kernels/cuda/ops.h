@@ -77,6 +77,13 @@ cudaError_t hadamard_fp4_sim(float* x, int rows, int dim, bool fp4, cudaStream_t
 cudaError_t act_quant_fp8(const float* x, int M, int K, int ldx, uint8_t* q, float* scales, cudaStream_t stream);
 // bf16 copy (round to nearest even): out [M][K] (row stride K).
 cudaError_t to_bf16(const float* x, int M, int K, int ldx, uint16_t* out, cudaStream_t stream);
+// x split into two bf16 terms (round to nearest even): hi = bf16(x), lo = bf16(x - hi), so hi + lo carries ~16
+// significant bits; two BF16 GEMMs over them stand in for an fp32-input GEMM. hi, lo [M][K] (row stride K).
+cudaError_t to_bf16_split(const float* x, int M, int K, int ldx, uint16_t* hi, uint16_t* lo, cudaStream_t stream);
+// FP8 weights to bf16 (round to nearest even): out[n][k] = bf16(e4m3(w[n][k]) * row_scale[n * scale_ld + k / 128])
+// (GemvArgs' row-scale layout). Exact for power-of-two (E8M0) scales.
+cudaError_t fp8_weights_to_bf16(const uint8_t* w, const float* row_scale, int N, int K, int scale_ld, uint16_t* out,
+                                cudaStream_t stream);
 // score[t, :] += ape[pos[t] % ratio, :] (model/attention.cpp add_ape). score row stride ld, width columns.
 cudaError_t add_ape(float* score, int T, int width, int ld, const int* pos, const float* ape, int ratio,
                     cudaStream_t stream);

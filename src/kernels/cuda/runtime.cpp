@@ -172,11 +172,11 @@ Blas::~Blas() {
 }
 
 bool Blas::gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int M, int N, int K, int ldy,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, bool accumulate) {
   auto h = static_cast<cublasLtHandle_t>(handle_);
   LtPlan& p = plan_for(h, 0, M, N, K, ldy, workspace_bytes_);
   if (!p.ok) return false;
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   cublasStatus_t st = cublasLtMatmul(h, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, workspace_,
                                      workspace_bytes_, stream);
   lt_check(st, "Matmul (bf16)");

@@ -82,8 +82,10 @@ class Blas {
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
 
-  // BF16 x BF16 -> fp32 (fp32 accumulation). Returns false when cuBLASLt has no algorithm for the shape.
-  bool gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int M, int N, int K, int ldy, cudaStream_t stream);
+  // BF16 x BF16 -> fp32 (fp32 accumulation); accumulate: y += instead of y =. Returns false when cuBLASLt has
+  // no algorithm for the shape.
+  bool gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int M, int N, int K, int ldy, cudaStream_t stream,
+                 bool accumulate = false);
   // FP8 e4m3 with DeepSeek block scaling: activations 1x128 (x_scales [K/128][M]), weights 128x128
   // (w_scales [ceil(N/128)][ld = round_up(K/128, 4)]). fp32 out. False when unsupported.
   bool gemm_fp8_block(const uint8_t* x, const float* x_scales, const uint8_t* w, const float* w_scales, float* y,

@@ -4,6 +4,7 @@
 // ulps of fp32 (1e-6 relative of the row's scale) where the only difference is FMA contraction or the
 // summation order of a double-accumulated norm.
 #include <cmath>
+#include <tuple>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -92,6 +93,62 @@ TEST(CudaOps, RopeYarnWithHeadNormAndInverse) {
                        "rope mode " + std::to_string(mode) + " H=" + std::to_string(c.H) + " hd=" + std::to_string(c.hd));
     }
   }
+}
+
+// FP8 weights with per-row block scales to BF16 (the fast path's copy of an FP8 wo_a for its BF16 GEMM): every
+// element equal to the host's bf16 rounding of e4m3 * scale; exact (no rounding) for the power-of-two scales.
+TEST(CudaOps, Fp8WeightsToBf16) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  for (auto [N, K, pow2] : std::vector<std::tuple<int, int, bool>>{{256, 384, true}, {3, 200, true}, {130, 128, false}}) {
+    const int scale_ld = (K + 127) / 128;
+    std::vector<uint8_t> w(size_t(N) * K);
+    for (auto& b : w) {
+      b = uint8_t(g() & 0xff);
+      if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
+    }
+    std::vector<float> rs(size_t(N) * scale_ld);
+    for (auto& v : rs) v = pow2 ? std::ldexp(1.0f, int(g() % 24) - 16) : 0.5f + float(g() % 1000) / 997.0f;
+    cuda::DeviceArray<uint8_t> dw(w.size(), "w");
+    cuda::copy_to_device(dw.data(), w.data(), w.size(), nullptr, "w");
+    auto drs = dev(rs);
+    cuda::DeviceArray<uint16_t> out(w.size(), "out");
+    MOESERVE_CUDA_CHECK(cuda::fp8_weights_to_bf16(dw.data(), drs.data(), N, K, scale_ld, out.data(), nullptr));
+    std::vector<uint16_t> got(w.size());
+    cuda::copy_to_host(got.data(), out.data(), got.size() * 2, nullptr, "out");
+    std::vector<float> gotf(w.size()), want(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      const size_t n = i / size_t(K), k = i % size_t(K);
+      const float exact = fp8_e4m3_to_f32(w[i]) * rs[n * size_t(scale_ld) + k / 128];
+      want[i] = bf16_to_f32(f32_to_bf16(exact));
+      gotf[i] = bf16_to_f32(got[i]);
+      if (pow2) ASSERT_EQ(want[i], exact) << "power-of-two scales dequantize exactly";
+    }
+    expect_equal(gotf, want, "fp8 -> bf16 N=" + std::to_string(N) + " K=" + std::to_string(K));
+  }
+}
+
+// fp32 activations as two bf16 terms (the fast path's stand-in for an fp32-input GEMM): hi and lo are the host's
+// bf16 roundings of x and x - hi, and hi + lo is within 2^-16 |x| of x (two bf16 roundings: 2^-9 of 2^-8 at most).
+TEST(CudaOps, Bf16SplitCarriesSixteenBits) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  const int M = 37, K = 300, ldx = 304;
+  auto x = normal(size_t(M) * ldx, g, 3.0f);
+  auto dx = dev(x);
+  cuda::DeviceArray<uint16_t> hi(size_t(M) * K, "hi"), lo(size_t(M) * K, "lo");
+  MOESERVE_CUDA_CHECK(cuda::to_bf16_split(dx.data(), M, K, ldx, hi.data(), lo.data(), nullptr));
+  std::vector<uint16_t> h(hi.size()), l(lo.size());
+  cuda::copy_to_host(h.data(), hi.data(), h.size() * 2, nullptr, "hi");
+  cuda::copy_to_host(l.data(), lo.data(), l.size() * 2, nullptr, "lo");
+  for (int m = 0; m < M; ++m)
+    for (int k = 0; k < K; ++k) {
+      const float v = x[size_t(m) * ldx + k];
+      const size_t i = size_t(m) * K + k;
+      ASSERT_EQ(h[i], f32_to_bf16(v)) << "hi at " << m << "," << k;
+      ASSERT_EQ(l[i], f32_to_bf16(v - bf16_to_f32(h[i]))) << "lo at " << m << "," << k;
+      ASSERT_LE(std::fabs(v - (bf16_to_f32(h[i]) + bf16_to_f32(l[i]))), std::ldexp(std::fabs(v), -16));
+    }
 }
 
 TEST(CudaOps, QuantizationSimulationsAreExact) {
