@@ -4,7 +4,8 @@
 //    weights fn and its sum of squares;
 //  hc_pre_finish: per token, sums the splits, applies the RMS factor, sigmoid / Sinkhorn, collapses the
 //    streams and (fused) RMS-normalises the collapsed row with the block's norm weight;
-//  hc_post: the residual update of all streams in one pass.
+//  hc_post: the residual update of all streams in one pass;
+//  hc_post_mix: hc_post and the next hc_mix_partial in one pass (decode-sized steps).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 
