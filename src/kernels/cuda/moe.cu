@@ -83,7 +83,7 @@ __global__ void route_kernel(const float* logits, int T, int E, int K, int func,
         }
       }
       pick[k] = bi;
-      if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+      if (bi < E && (bi & 31) == lane) taken |= 1u << (bi >> 5);  // bi stays unset only if no score compares
     }
   }
   if (lane == 0) {
