@@ -79,7 +79,6 @@ __global__ void __launch_bounds__(kFinishThreads)
     hc_finish_kernel(const float* partial, int splits, const float* h, int T, int dim, int mix, const float* base,
                      const float* scale, int iters, float hc_eps, float norm_eps, const float* norm_w,
                      float* collapsed, float* post, float* comb) {
-  dev::pdl_begin();
   extern __shared__ float row[];  // [dim]: the collapsed row, for rows longer than one pass
   __shared__ float mixes[64];
   __shared__ float cs[32];
