@@ -653,11 +653,13 @@ void GpuModel::block(GpuKvCache& cache, const Plan& p, int l) {
   const int T = p.T, D = int(c.hidden_size), hc = int(c.hc_mult), mix = int(c.hc_mix());
   const float eps = float(c.rms_norm_eps), hc_eps = float(c.hc_eps);
   const bool fuse = fuse_hc(T), last = l + 1 == int(c.num_layers);
-  const int splits = fuse ? cuda::hc_post_mix_splits(hc, D) : cuda::hc_mix_splits(hc * D);
-  if (!fuse || l == 0)
-    MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(h_, T, hc * D, L.hc_attn_fn.data(), mix, cuda::hc_mix_splits(hc * D),
-                                             partial_, st));
-  const int attn_splits = fuse && l > 0 ? splits : cuda::hc_mix_splits(hc * D);
+  const int mix_splits = cuda::hc_mix_splits(hc * D);
+  const int splits = fuse ? cuda::hc_post_mix_splits(hc, D) : mix_splits;
+  // The attention mix: from the previous layer's fused post when there is one, else a pass of its own.
+  const bool own_mix = !fuse || l == 0;
+  if (own_mix)
+    MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(h_, T, hc * D, L.hc_attn_fn.data(), mix, mix_splits, partial_, st));
+  const int attn_splits = own_mix ? mix_splits : splits;
   MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial_, attn_splits, h_, T, hc, D, mix, L.hc_attn_base.data(),
                                           L.hc_attn_scale.data(), int(c.hc_sinkhorn_iters), hc_eps, eps,
                                           L.attn_norm.data(), x_, post_, comb_, st));
