@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
 #include "kernels/cuda/device.h"
@@ -93,11 +95,14 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   check(config_.head_dim <= 512 && config_.head_dim % 4 == 0 && config_.rope_dim % 4 == 0,
         "CUDA backend: head_dim {} (rope {}) unsupported: head_dim <= 512, both multiples of 4", config_.head_dim,
         config_.rope_dim);
+  if (const char* e = std::getenv("MOESERVE_BRANCHES"); e && std::string(e) == "0") options_.concurrent_branches = false;
+  MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&branch_ev_, cudaEventDisableTiming));
 }
 
 GpuModel::~GpuModel() {
   for (auto& [b, g] : graphs_)
     if (g.exec) cudaGraphExecDestroy(g.exec);
+  if (branch_ev_) cudaEventDestroy(branch_ev_);
   if (staged_) cudaEventDestroy(staged_);
   if (pinned_) cudaFreeHost(pinned_);
 }
@@ -128,12 +133,26 @@ void* GpuModel::Buf::get(size_t bytes, uint64_t* generation) {
   return buf.data();
 }
 
+// One scratch per stream, so that concurrent branches never share one.
 float* GpuModel::tmp_f32(size_t n) {
-  if (n > tmp_f32_n_) {
-    tmp_f32_ = static_cast<float*>(bufs_[100].get(n * 4, &generation_));
-    tmp_f32_n_ = n;
-  }
-  return tmp_f32_;
+  int id = 100;
+  for (int i = 0; i < kSides; ++i)
+    if (cur_ == sides_[i].get()) id = 110 + i;
+  return static_cast<float*>(bufs_[id].get(n * 4, &generation_));
+}
+
+bool GpuModel::branches(int T) const { return options_.concurrent_branches && T <= kSkinnyRows; }
+
+void GpuModel::fork(int side) {
+  MOESERVE_CUDA_CHECK(cudaEventRecord(branch_ev_, stream_.get()));
+  MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(sides_[side].get(), branch_ev_, 0));
+  cur_ = sides_[side].get();
+}
+
+void GpuModel::join(int side) {
+  MOESERVE_CUDA_CHECK(cudaEventRecord(branch_ev_, sides_[side].get()));
+  MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), branch_ev_, 0));
+  cur_ = nullptr;
 }
 
 void GpuModel::ensure_workspace(const Plan& p) {
@@ -316,7 +335,7 @@ void set_weights(cuda::GemvArgs& a, const GemmView& v, int N, int K) {
 void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
                       bool fp32_input) {
   if (M == 0 || v.N == 0) return;
-  cudaStream_t st = stream();
+  cudaStream_t st = cur();
   const bool sim = act_quant && v.act_quant && options_.numerics.act_fp8;
   const int K = v.K;
   // The activation the GEMM reads: x itself, or (checkpoint numerics) a packed copy through the FP8 simulation.
@@ -369,16 +388,16 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
         return;
     }
   }
-  const float* xin;
-  int ld;
-  input(&xin, &ld);
   cuda::GemvArgs a;
   set_weights(a, v, v.N, K);
-  a.x = xin;
-  a.ldx = ld;
+  a.x = x;
+  a.ldx = ldx;
   a.y = y;
   a.ldy = ldy;
   a.M = M;
+  // The FP8 activation simulation rides on the skinny GEMM's loads where it can (no copy, no launch).
+  a.act_fp8 = sim && cuda::gemv_fuses_act_fp8(a);
+  if (sim && !a.act_fp8) input(&a.x, &a.ldx);
   MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
 }
 
@@ -386,7 +405,6 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   const io::ModelConfig& c = config_;
   const GpuLayer& L = weights_.layers[size_t(l)];
   const io::LayerSpec& spec = c.layers[size_t(l)];
-  cudaStream_t st = stream();
   const cuda::BatchDesc b = batch_desc(p);
   const int T = p.T, D = int(c.hidden_size), H = int(c.num_heads), hd = int(c.head_dim), rd = int(c.rope_dim);
   const int ql = int(c.q_lora_rank), nope = hd - rd;
@@ -396,25 +414,25 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   const float rscale = rope_scale_of(c.rope_for(spec));
   const float cscale = rope_scale_of(c.rope_compress);
   const Numerics& num = options_.numerics;
-
-  linear(L.wq_a.view(), x, T, D, qr_, ql, true);
-  MOESERVE_CUDA_CHECK(cuda::rms_norm(qr_, T, ql, ql, L.q_norm.data(), eps, qr_, ql, st));
-  linear(L.wq_b.view(), qr_, T, ql, q_, H * hd, true);
-  MOESERVE_CUDA_CHECK(cuda::rope(q_, T, H, hd, H * hd, rd, b.tok_pos, inv, rscale, false, eps, st));
-  linear(L.wkv.view(), x, T, D, kv_, hd, true);
-  // kv_norm (weighted RMSNorm of the one kv head) fused into the rope kernel.
-  MOESERVE_CUDA_CHECK(cuda::rope(kv_, T, 1, hd, hd, rd, b.tok_pos, inv, rscale, false, eps, st, L.kv_norm.data()));
-  if (num.kv_fp8) MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(kv_, T, hd, nope, 64, st));
-
   const cuda::KvLayerView v = cache.view(l);
-  cuda::CompressorArgs ca, ia;
   const GpuCompressor* comp = L.compressor ? &*L.compressor : nullptr;
   const GpuCompressor* icomp = L.index_compressor ? &*L.index_compressor : nullptr;
   const int nH = int(c.index_n_heads), id = int(c.index_head_dim);
+  // Branches of a decode-sized step: side 0 the kv head and the attention's compressor, side 1 the indexer's
+  // compressor and head weights, side 2 the query (when the indexer's query path is the longer one); the
+  // main stream keeps the path to the attention kernel.
+  const bool par = branches(T);
+
+  if (par) fork(0);
+  linear(L.wkv.view(), x, T, D, kv_, hd, true);
+  // kv_norm (weighted RMSNorm of the one kv head) fused into the rope kernel.
+  MOESERVE_CUDA_CHECK(cuda::rope(kv_, T, 1, hd, hd, rd, b.tok_pos, inv, rscale, false, eps, cur(), L.kv_norm.data()));
+  if (num.kv_fp8) MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(kv_, T, hd, nope, 64, cur()));
+  cuda::CompressorArgs ca, ia;
   if (comp) {
     const int width = (comp->overlap ? 2 : 1) * comp->dim;
     linear(comp->wkv_gate.view(), x, T, D, ckv_, 2 * width, true, /*fp32_input=*/true);
-    MOESERVE_CUDA_CHECK(cuda::add_ape(ckv_ + width, T, width, 2 * width, b.tok_pos, comp->ape.data(), comp->ratio, st));
+    MOESERVE_CUDA_CHECK(cuda::add_ape(ckv_ + width, T, width, 2 * width, b.tok_pos, comp->ape.data(), comp->ratio, cur()));
     ca.kv = ckv_;
     ca.score = ckv_ + width;
     ca.ld = 2 * width;
@@ -433,17 +451,14 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     ca.nope = nope;
     ca.pool = v.compressed;
     ca.epp = v.epp;
-    MOESERVE_CUDA_CHECK(cuda::compressor_emit(b, ca, st));
+    MOESERVE_CUDA_CHECK(cuda::compressor_emit(b, ca, cur()));
+    MOESERVE_CUDA_CHECK(cuda::compressor_store(b, ca, cur()));
   }
   if (icomp) {
+    if (par) fork(1);
     const int width = 2 * icomp->dim;
     linear(icomp->wkv_gate.view(), x, T, D, ikv_, 2 * width, true, /*fp32_input=*/true);
-    MOESERVE_CUDA_CHECK(cuda::add_ape(ikv_ + width, T, width, 2 * width, b.tok_pos, icomp->ape.data(), icomp->ratio, st));
-    linear(L.index_wq_b.view(), qr_, T, ql, iq_, nH * id, true);
-    MOESERVE_CUDA_CHECK(cuda::rope(iq_, T, nH, id, nH * id, rd, b.tok_pos, inv_freq_compress_.data(), cscale, false, 0.0f, st));
-    if (num.indexer_fp4) MOESERVE_CUDA_CHECK(cuda::hadamard_fp4_sim(iq_, T * nH, id, true, st));
-    linear(L.index_weights_proj.view(), x, T, D, iw_, nH, true);
-    MOESERVE_CUDA_CHECK(cuda::scale_values(iw_, size_t(T) * nH, 1.0f / std::sqrt(float(nH)), st));
+    MOESERVE_CUDA_CHECK(cuda::add_ape(ikv_ + width, T, width, 2 * width, b.tok_pos, icomp->ape.data(), icomp->ratio, cur()));
     ia = ca;
     ia.kv = ikv_;
     ia.score = ikv_ + width;
@@ -457,10 +472,27 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     ia.norm_w = icomp->norm.data();
     ia.post = num.indexer_fp4 ? 2 : 0;
     ia.pool = v.index_keys;
-    MOESERVE_CUDA_CHECK(cuda::compressor_emit(b, ia, st));
+    MOESERVE_CUDA_CHECK(cuda::compressor_emit(b, ia, cur()));
+    MOESERVE_CUDA_CHECK(cuda::compressor_store(b, ia, cur()));
+    linear(L.index_weights_proj.view(), x, T, D, iw_, nH, true);
+    MOESERVE_CUDA_CHECK(cuda::scale_values(iw_, size_t(T) * nH, 1.0f / std::sqrt(float(nH)), cur()));
   }
-  if (comp) MOESERVE_CUDA_CHECK(cuda::compressor_store(b, ca, st));
-  if (icomp) MOESERVE_CUDA_CHECK(cuda::compressor_store(b, ia, st));
+  to_main();
+
+  linear(L.wq_a.view(), x, T, D, qr_, ql, true);
+  MOESERVE_CUDA_CHECK(cuda::rms_norm(qr_, T, ql, ql, L.q_norm.data(), eps, qr_, ql, cur()));
+  const bool q_side = par && icomp;
+  if (q_side) fork(2);
+  linear(L.wq_b.view(), qr_, T, ql, q_, H * hd, true);
+  MOESERVE_CUDA_CHECK(cuda::rope(q_, T, H, hd, H * hd, rd, b.tok_pos, inv, rscale, false, eps, cur()));
+  to_main();
+  if (icomp) {
+    linear(L.index_wq_b.view(), qr_, T, ql, iq_, nH * id, true);
+    MOESERVE_CUDA_CHECK(cuda::rope(iq_, T, nH, id, nH * id, rd, b.tok_pos, inv_freq_compress_.data(), cscale, false, 0.0f, cur()));
+    if (num.indexer_fp4) MOESERVE_CUDA_CHECK(cuda::hadamard_fp4_sim(iq_, T * nH, id, true, cur()));
+    if (par) join(1);
+  }
+  const cudaStream_t st = stream();
 
   int max_keys = int(c.sliding_window);
   if (comp) {
@@ -472,6 +504,10 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     MOESERVE_CUDA_CHECK(cuda::indexer_scores(b, iq_, iw_, nH, id, v.index_keys, v.epp, icomp->ratio,
                                              1.0f / std::sqrt(float(id)), nc, iscores_, nc, st));
     MOESERVE_CUDA_CHECK(cuda::indexer_topk(b, iscores_, nc, icomp->ratio, int(c.index_topk), topk_, st));
+  }
+  if (par) {
+    join(0);
+    if (q_side) join(2);
   }
   cuda::AttentionArgs aa;
   aa.q = q_;
@@ -538,24 +574,30 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
   const io::ModelConfig& c = config_;
   const GpuLayer& L = weights_.layers[size_t(l)];
   const io::LayerSpec& spec = c.layers[size_t(l)];
-  cudaStream_t st = stream();
+  const cudaStream_t st = stream();
   const cuda::BatchDesc b = batch_desc(p);
+  const bool par = branches(T);
   const int T = p.T, D = int(c.hidden_size), E = int(c.n_routed_experts), K = int(c.experts_per_token);
   const int I = int(c.moe_intermediate_size), TK = T * K;
   const float limit = float(c.swiglu_limit);
   const Numerics& num = options_.numerics;
 
+  // The shared expert writes `out` (on side stream 0 in a decode-sized step); the routed experts' combine adds
+  // to it after the join.
+  if (par) fork(0);
+  linear(L.shared_w13.view(), x, T, D, sh13_, 2 * I, true);
+  MOESERVE_CUDA_CHECK(cuda::swiglu(sh13_, T, nullptr, I, limit, nullptr, sact_, cur()));
+  linear(L.shared_w2.view(), sact_, T, I, out, D, true);
+  to_main();
   linear(L.gate.view(), x, T, D, gate_logits_, E, false, /*fp32_input=*/true);
   const int func = c.scoring_func == "sqrtsoftplus" ? 0 : c.scoring_func == "sigmoid" ? 1 : 2;
   MOESERVE_CUDA_CHECK(cuda::moe_route(gate_logits_, T, E, K, func, spec.hash_moe ? nullptr : L.gate_bias.data(),
                                       spec.hash_moe ? L.tid2eid.data() : nullptr, b.tok_id, c.norm_topk_prob,
                                       float(c.routed_scaling_factor), chosen_, route_w_, st));
-  // Shared expert.
-  linear(L.shared_w13.view(), x, T, D, sh13_, 2 * I, true);
-  MOESERVE_CUDA_CHECK(cuda::swiglu(sh13_, T, nullptr, I, limit, nullptr, sact_, st));
-  linear(L.shared_w2.view(), sact_, T, I, out, D, true);
   if (L.experts_mxfp4.defined()) {
-    moe_mxfp4(L.experts_mxfp4, T, K, limit, x, out);
+    moe_mxfp4(L.experts_mxfp4, T, K, limit, x);
+    if (par) join(0);
+    MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
     return;
   }
   // Routed experts, grouped by expert.
@@ -568,17 +610,17 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
   const bool sim = num.act_fp8 && L.experts_w13.act_quant;
   const bool large = !options_.exact && TK > kSkinnyRows * E;
   if (!large) {
-    const float* xin = x;
-    if (sim) {
-      MOESERVE_CUDA_CHECK(cudaMemcpyAsync(xe_, x, size_t(T) * D * 4, cudaMemcpyDeviceToDevice, st));
-      MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(xe_, T, D, D, 128, st));
-      xin = xe_;
-    }
     const GemmView w13 = L.experts_w13.view(), w2 = L.experts_w2.view();
     cuda::GemvArgs a;
     set_weights(a, w13, 2 * I, D);
-    a.x = xin;
+    a.x = x;
     a.ldx = D;
+    a.act_fp8 = sim && cuda::gemv_fuses_act_fp8(a);
+    if (sim && !a.act_fp8) {
+      MOESERVE_CUDA_CHECK(cudaMemcpyAsync(xe_, x, size_t(T) * D * 4, cudaMemcpyDeviceToDevice, st));
+      MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(xe_, T, D, D, 128, st));
+      a.x = xe_;
+    }
     a.y = h13_;
     a.ldy = 2 * I;
     a.problems = std::min(E, TK);
@@ -590,7 +632,6 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
     a.max_group_rows = spec.hash_moe ? 0 : T;  // distinct experts per token: an expert has at most T rows
     MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
     MOESERVE_CUDA_CHECK(cuda::swiglu(h13_, TK, nullptr, I, limit, weight_of_row_, act_, st));
-    if (sim) MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(act_, TK, I, I, 128, st));
     cuda::GemvArgs a2 = a;  // the same groups
     set_weights(a2, w2, D, I);
     a2.x = act_;
@@ -598,6 +639,8 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
     a2.y = ye_;
     a2.ldy = D;
     a2.x_rows = nullptr;
+    a2.act_fp8 = sim && cuda::gemv_fuses_act_fp8(a2);
+    if (sim && !a2.act_fp8) MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(act_, TK, I, I, 128, st));
     MOESERVE_CUDA_CHECK(cuda::gemv(a2, st));
   } else {
     // Many rows per expert (prefill): per-expert GEMMs on gathered rows; needs the groups on the host.
@@ -618,14 +661,15 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
       linear(L.experts_w2.view(e), act_ + size_t(off) * I, cnt, I, ye_ + size_t(off) * D, D, true);
     }
   }
+  if (par) join(0);
   MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
 }
 
-// Routed experts kept MXFP4: the W4A8 chain of kernels/cuda/moe_w4a8.h in the contiguous layout (its launch
+// Routed experts kept MXFP4 (into ye_; moe() combines): the W4A8 chain of kernels/cuda/moe_w4a8.h in the contiguous layout (its launch
 // shape does not depend on the routing, so decode graphs capture it). FP8 activations with per-128
 // power-of-two scales from the fp32 activations, fp32 GEMM outputs, no bf16 rounding: the checkpoint numerics
 // of the reference engine, up to summation order and the tensor cores' accumulation inside each 128-k group.
-void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, const float* x, float* out) {
+void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, const float* x) {
   cudaStream_t st = stream();
   const int TK = T * K, E = ex.E, D = ex.D, I = ex.I;
   const int sa_ld = (TK + 3) / 4 * 4;
@@ -639,7 +683,6 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
       cuda::moe_swiglu_quant_f32(h13_, I, w4_slot_of_row_, TK, route_w_, limit, w4_a_, w4_sa_, sa_ld, st));
   MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(ex.w2_view(), {w4_a_, w4_sa_, TK, sa_ld}, w4_counts_, ye_,
                                                              cuda::MoeOutType::F32, expected_rows, -1, st));
-  MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
 }
 
 // Decode-sized steps fuse each hc_post with the following hc_mix_partial (the next sublayer's, or the next

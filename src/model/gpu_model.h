@@ -28,6 +28,10 @@ namespace moeserve::model {
 struct GpuOptions {
   bool exact = true;
   Numerics numerics;
+  // Decode-sized steps (at most 8 tokens) issue a sublayer's independent chains on side streams (the kv head
+  // and the compressors beside the query path, the shared expert beside the routed ones), so that these
+  // one-wave kernels run side by side; the results are the same. MOESERVE_BRANCHES=0 turns it off.
+  bool concurrent_branches = true;
 };
 
 // KV pools on the device; slots and pages are handed out by a cache::KvCache of the same layout (whose host
@@ -61,7 +65,7 @@ class GpuModel {
   const GpuWeights& weights() const { return weights_; }
   const GpuOptions& options() const { return options_; }
   cache::KvLayout kv_layout() const { return cache::KvLayout::from_config(config_, 0, 0); }
-  cudaStream_t stream() const { return stream_.get(); }
+  cudaStream_t stream() const { return stream_.get(); }  // the main stream: forwards start and end on it
 
   // Model::forward's contract; logits copied to the host.
   ForwardResult forward(GpuKvCache& cache, const std::vector<ForwardRequest>& requests);
@@ -91,13 +95,21 @@ class GpuModel {
   bool fuse_hc(int T) const;
   void attention(GpuKvCache& cache, const Plan& p, int layer, const float* x, float* out);
   void moe(const Plan& p, int layer, const float* x, float* out);
-  void moe_mxfp4(const GpuMxfp4Experts& experts, int T, int K, float limit, const float* x, float* out);
+  void moe_mxfp4(const GpuMxfp4Experts& experts, int T, int K, float limit, const float* x);
   // fp32_input: the reference computes this linear on an fp32 input (router gate, compressors; the head is
   // left on one bf16 term: its rounding moves logits by ~1e-3, not selections).
   void linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
               bool fp32_input = false);
   float* tmp_f32(size_t n);
   cuda::BatchDesc batch_desc(const Plan& p) const;
+  // Concurrent branches (GpuOptions::concurrent_branches): fork(i) sends the work issued next to side stream i,
+  // after everything issued so far on the main stream; to_main() issues on the main stream again (side i keeps
+  // running); join(i) makes the main stream wait for side i's work.
+  bool branches(int T) const;
+  cudaStream_t cur() const { return cur_ ? cur_ : stream_.get(); }
+  void fork(int side);
+  void to_main() { cur_ = nullptr; }
+  void join(int side);
 
   io::ModelConfig config_;
   GpuWeights weights_;
@@ -105,6 +117,10 @@ class GpuModel {
   kernels::cpu::RopeTable rope_main_, rope_compress_;
   cuda::DeviceArray<float> inv_freq_main_, inv_freq_compress_;
   cuda::Stream stream_;
+  static constexpr int kSides = 3;
+  cuda::Stream sides_[kSides];
+  cudaStream_t cur_ = nullptr;      // the stream work is issued on (nullptr: the main stream)
+  cudaEvent_t branch_ev_ = nullptr;  // recorded and waited on at once, so one event serves every fork and join
   cuda::Blas blas_;
 
   // Workspace (grow-only; a growth invalidates captured graphs).
@@ -132,8 +148,7 @@ class GpuModel {
   int64_t rows_ = 0;
   int attn_splits_max_ = 1;
   // Linear temporaries.
-  size_t tmp_f32_n_ = 0, tmp_bf16_n_ = 0, tmp_u8_n_ = 0, tmp_scale_n_ = 0;
-  float* tmp_f32_ = nullptr;
+  size_t tmp_bf16_n_ = 0, tmp_u8_n_ = 0, tmp_scale_n_ = 0;
   uint16_t* tmp_bf16_ = nullptr;
   uint8_t* tmp_u8_ = nullptr;
   float* tmp_scale_ = nullptr;

@@ -46,7 +46,8 @@ __device__ __forceinline__ float weight_scalar(const void* w, size_t index) {
 }
 
 // One token: 4 blocks of 256 threads per SM (at most 64 registers), the occupancy the weight stream needs.
-template <bool FP8, int MT, bool VECTOR>
+// ACT8 (VECTOR only): x goes through the FP8 activation simulation as it is loaded.
+template <bool FP8, int MT, bool VECTOR, bool ACT8>
 __global__ void __launch_bounds__(kThreads, MT == 1 ? 4 : 1) gemv_kernel(GemvArgs a, int KT) {
   constexpr int VEC = FP8 ? 16 : 8;
   const int p = blockIdx.y;
@@ -132,6 +133,24 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 4 : 1) gemv_kernel(GemvArg
             xv[i][v + 3] = f.w;
           }
         }
+        if constexpr (ACT8) {
+          // fp8_block_sim's arithmetic on this k step: the G lanes holding one 128-wide block of a row share its
+          // amax (K % 128 == 0, so the whole group is inside the loop together).
+          constexpr int G = 128 / VEC;
+          const unsigned lane = threadIdx.x & 31u;
+          const unsigned mask = ((1u << G) - 1u) << (lane & ~unsigned(G - 1));
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            float amax = 0.0f;
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) amax = fmaxf(amax, fabsf(xv[i][v]));
+#pragma unroll
+            for (int off = 1; off < G; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, off));
+            const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) xv[i][v] = fp8_round(xv[i][v] / s) * s;
+          }
+        }
         uint4 wv[kRows];
         if (prefetched && m0 == 0 && k == kl * VEC) {
 #pragma unroll
@@ -198,25 +217,34 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 4 : 1) gemv_kernel(GemvArg
   }
 }
 
-template <bool FP8, bool VECTOR>
+template <bool FP8, bool VECTOR, bool ACT8>
 cudaError_t launch(const GemvArgs& a, int mt, dim3 grid, int KT, cudaStream_t stream) {
   switch (mt) {
-    case 1: return dev::launch(gemv_kernel<FP8, 1, VECTOR>, grid, dim3(kThreads), 0, stream, a, KT);
-    case 2: return dev::launch(gemv_kernel<FP8, 2, VECTOR>, grid, dim3(kThreads), 0, stream, a, KT);
-    case 4: return dev::launch(gemv_kernel<FP8, 4, VECTOR>, grid, dim3(kThreads), 0, stream, a, KT);
-    default: return dev::launch(gemv_kernel<FP8, 8, VECTOR>, grid, dim3(kThreads), 0, stream, a, KT);
+    case 1: return dev::launch(gemv_kernel<FP8, 1, VECTOR, ACT8>, grid, dim3(kThreads), 0, stream, a, KT);
+    case 2: return dev::launch(gemv_kernel<FP8, 2, VECTOR, ACT8>, grid, dim3(kThreads), 0, stream, a, KT);
+    case 4: return dev::launch(gemv_kernel<FP8, 4, VECTOR, ACT8>, grid, dim3(kThreads), 0, stream, a, KT);
+    default: return dev::launch(gemv_kernel<FP8, 8, VECTOR, ACT8>, grid, dim3(kThreads), 0, stream, a, KT);
   }
+}
+
+// 16-byte loads of x and of the weight rows line up.
+bool vectorized(const GemvArgs& a) {
+  const bool fp8 = a.wtype == WeightType::FP8;
+  const int vec = fp8 ? 16 : 8;
+  return a.K % vec == 0 && a.ldx % 4 == 0 && a.x_stride % 4 == 0 && (reinterpret_cast<uintptr_t>(a.x) % 16) == 0 &&
+         (reinterpret_cast<uintptr_t>(a.w) % 16) == 0 && (a.w_stride * (fp8 ? 1 : 2)) % 16 == 0;
 }
 
 }  // namespace
 
+bool gemv_fuses_act_fp8(const GemvArgs& a) { return a.K % 128 == 0 && vectorized(a); }
+
 cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   if (a.N == 0 || a.problems == 0 || (!a.group_count && a.M == 0)) return cudaSuccess;
+  if (a.act_fp8 && !gemv_fuses_act_fp8(a)) return cudaErrorInvalidValue;
   const bool fp8 = a.wtype == WeightType::FP8;
   const int vec = fp8 ? 16 : 8;
-  const bool vector = a.K % vec == 0 && a.ldx % 4 == 0 && a.x_stride % 4 == 0 &&
-                      (reinterpret_cast<uintptr_t>(a.x) % 16) == 0 && (reinterpret_cast<uintptr_t>(a.w) % 16) == 0 &&
-                      (a.w_stride * (fp8 ? 1 : 2)) % 16 == 0;
+  const bool vector = vectorized(a);
   const int lanes = vector ? (a.K + vec - 1) / vec : a.K;
   int KT = 32;
   while (KT < kThreads && KT < lanes) KT *= 2;
@@ -225,9 +253,13 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   const int mt = rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8;
   const int rows_per_block = (kThreads / KT) * kRows;
   dim3 grid((a.N + rows_per_block - 1) / rows_per_block, a.problems);
+  if (a.act_fp8)
+    return fp8 ? launch<true, true, true>(a, mt, grid, KT, stream) : launch<false, true, true>(a, mt, grid, KT, stream);
   if (fp8)
-    return vector ? launch<true, true>(a, mt, grid, KT, stream) : launch<true, false>(a, mt, grid, KT, stream);
-  return vector ? launch<false, true>(a, mt, grid, KT, stream) : launch<false, false>(a, mt, grid, KT, stream);
+    return vector ? launch<true, true, false>(a, mt, grid, KT, stream)
+                  : launch<true, false, false>(a, mt, grid, KT, stream);
+  return vector ? launch<false, true, false>(a, mt, grid, KT, stream)
+                : launch<false, false, false>(a, mt, grid, KT, stream);
 }
 
 }  // namespace moeserve::cuda

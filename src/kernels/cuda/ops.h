@@ -157,8 +157,13 @@ struct GemvArgs {
   const int* num_groups = nullptr;
   const int* x_rows = nullptr;
   int max_group_rows = 0;  // grouped: an upper bound on any group's rows (0: unknown); picks rows per pass
+  // The checkpoint numerics' FP8 activation simulation (fp8_block_sim with 128-wide blocks along K) applied to
+  // x as it is loaded, instead of a packed copy and a launch of its own. Needs gemv_fuses_act_fp8(args).
+  bool act_fp8 = false;
 };
 cudaError_t gemv(const GemvArgs& args, cudaStream_t stream);
+// Whether gemv can apply act_fp8 on the load: the vectorized path (16-byte aligned rows) and K % 128 == 0.
+bool gemv_fuses_act_fp8(const GemvArgs& args);
 
 // ------------------------------------------------------------------------- compressor / indexer (kv.cu)
 // One compressor (model/attention.cpp compress_entry): for every token t whose block completes

@@ -7,6 +7,7 @@
 // 1x128 / 128x128 block scales: Hopper's FP8 tensor cores keep ~14 bits inside each 128-k block before the
 // fp32 promotion (DeepSeek-V3 report 3.3.2), so 2^-10 * sum|xw|.
 #include <cmath>
+#include <cstring>
 
 #include "core/dtype.h"
 #include "core/threads.h"
@@ -128,6 +129,99 @@ TEST(CudaGemm, SkinnyGemmDenseBf16AndFp8) {
       }
     }
   }
+}
+
+// act_fp8: the FP8 activation simulation applied on the skinny GEMM's loads. Checked against the CPU reference's
+// fp8_block_sim of x followed by the double-precision product (the skinny tolerance), and bit for bit against
+// the same kernel fed the separately simulated x. Blocks of x span many magnitudes (one all-zero block, one
+// below the amax floor) so that the per-block scales differ.
+TEST(CudaGemm, SkinnyGemmFusedFp8ActivationSimulation) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  struct Shape { int N, K; const char* name; };
+  for (Shape s : {Shape{1024, 4096, "flash wq_a"}, Shape{32768, 1024, "flash wq_b"}, Shape{4096, 2048, "flash w2"},
+                  Shape{4096, 8192, "flash wo_b"}, Shape{200, 384, "odd rows"}}) {
+    for (bool fp8 : {false, true}) {
+      Weights w = make_weights(fp8, s.N, s.K, 1, g);
+      cuda::DeviceArray<uint16_t> wb;
+      cuda::DeviceArray<uint8_t> wq;
+      cuda::DeviceArray<float> ws;
+      if (fp8) {
+        wq = dev(w.q);
+        ws = dev(w.row_scale);
+      } else {
+        wb = dev(w.bf16);
+      }
+      for (int M : {1, 3, 8}) {
+        const int ldx = s.K + 128;  // a strided input, as the attention's x rows
+        auto x = normal(size_t(M) * ldx, g);
+        std::uniform_real_distribution<float> mag(-12.0f, 6.0f);
+        for (int m = 0; m < M; ++m)
+          for (int b = 0; b < s.K / 128; ++b) {
+            const float f = b == 1 ? 0.0f : b == 2 ? 1e-7f : std::exp2(mag(g));
+            for (int k = 0; k < 128; ++k) x[size_t(m) * ldx + b * 128 + k] *= f;
+          }
+        auto dx = dev(x);
+        std::vector<float> xs = x;
+        ref::fp8_block_sim(xs.data(), M, ldx, s.K, 128);
+        auto dxs = dev(xs);
+        auto y = poisoned<float>(size_t(M) * s.N);
+        auto y_sep = poisoned<float>(size_t(M) * s.N);
+        cuda::GemvArgs a;
+        a.wtype = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
+        a.w = fp8 ? static_cast<const void*>(wq.data()) : static_cast<const void*>(wb.data());
+        a.row_scale = fp8 ? ws.data() : nullptr;
+        a.N = s.N;
+        a.K = s.K;
+        a.scale_ld = w.sld();
+        a.x = dx.data();
+        a.ldx = ldx;
+        a.y = y.data();
+        a.ldy = s.N;
+        a.M = M;
+        ASSERT_TRUE(cuda::gemv_fuses_act_fp8(a));
+        a.act_fp8 = true;
+        MOESERVE_CUDA_CHECK(cuda::gemv(a, nullptr));
+        cuda::GemvArgs sep = a;
+        sep.act_fp8 = false;
+        sep.x = dxs.data();
+        sep.y = y_sep.data();
+        MOESERVE_CUDA_CHECK(cuda::gemv(sep, nullptr));
+        std::vector<float> want(size_t(M) * s.N), tol(want.size());
+        parallel_for(s.N, 16, [&](int64_t b, int64_t e) {
+          for (int m = 0; m < M; ++m)
+            for (int64_t n = b; n < e; ++n) {
+              double r, as;
+              reference(xs.data(), ldx, w.deq.data(), s.K, m, int(n), &r, &as);
+              want[size_t(m) * s.N + n] = float(r);
+              tol[size_t(m) * s.N + n] = float(kSkinnyTol * as + 1e-30);
+            }
+        });
+        const std::string what = std::string("gemv act_fp8 ") + (fp8 ? "fp8 " : "bf16 ") + s.name + " M=" + std::to_string(M);
+        const std::vector<float> got = host(y), got_sep = host(y_sep);
+        expect_close(got, want, tol, what);
+        size_t differ = 0;
+        for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &got_sep[i], sizeof(float)) != 0;
+        EXPECT_EQ(differ, 0u) << what << ": fused and separate simulation differ";
+      }
+    }
+  }
+  // Not fusable (K % 128 != 0): refused, not silently unsimulated.
+  cuda::GemvArgs bad;
+  bad.wtype = cuda::WeightType::BF16;
+  bad.N = 4;
+  bad.K = 96;
+  bad.M = 1;
+  bad.ldx = 96;
+  bad.act_fp8 = true;
+  auto dummy_w = dev(std::vector<uint16_t>(4 * 96));
+  auto dummy_x = dev(std::vector<float>(96));
+  auto dummy_y = dev(std::vector<float>(4));
+  bad.w = dummy_w.data();
+  bad.x = dummy_x.data();
+  bad.y = dummy_y.data();
+  EXPECT_FALSE(cuda::gemv_fuses_act_fp8(bad));
+  EXPECT_EQ(cuda::gemv(bad, nullptr), cudaErrorInvalidValue);
 }
 
 // The grouped low-rank output projection: G problems with strided inputs and outputs (V4-Flash and V4-Pro).
