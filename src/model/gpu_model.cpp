@@ -576,9 +576,9 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
   const io::LayerSpec& spec = c.layers[size_t(l)];
   const cudaStream_t st = stream();
   const cuda::BatchDesc b = batch_desc(p);
-  const bool par = branches(T);
   const int T = p.T, D = int(c.hidden_size), E = int(c.n_routed_experts), K = int(c.experts_per_token);
   const int I = int(c.moe_intermediate_size), TK = T * K;
+  const bool par = branches(T);
   const float limit = float(c.swiglu_limit);
   const Numerics& num = options_.numerics;
 
