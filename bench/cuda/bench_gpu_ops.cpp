@@ -400,7 +400,8 @@ void bench_layer_decode(cuda::Blas& blas) {
     double step[2] = {0, 0};
     for (int li = 0; li < 2; ++li) {
       const int layers = li == 0 ? 2 : 4;  // layers 2 (C4) and 3 (C128) are the difference
-      auto m = model::GpuModel::dummy(c, layers, cuda::WeightType::FP8, et, 3, {false, {}});
+      // The checkpoint numerics, as a server of these weights runs them (FP8 activations, FP8 kv, FP4 indexer).
+      auto m = model::GpuModel::dummy(c, layers, cuda::WeightType::FP8, et, 3, {false, model::Numerics::checkpoint()});
       model::GpuKvCache cache(m->kv_layout(), B, int64_t(B) * (ctx / 256 + 2));
       std::vector<cache::SequenceKv> seqs(static_cast<size_t>(B));
       std::vector<int32_t> toks(static_cast<size_t>(B), 5);

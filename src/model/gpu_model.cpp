@@ -529,7 +529,11 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   aa.partial = attn_partial_;
   aa.splits = std::min(attn_splits_max_, cuda::attention_splits(T, H, max_keys));
   MOESERVE_CUDA_CHECK(cuda::sparse_attention(b, aa, st));
-  MOESERVE_CUDA_CHECK(cuda::window_store(b, v, kv_, st));
+  // The window ring only has to hold this step's kv before the layer's next step: its store runs beside the
+  // output projection (after the attention kernels, whose reads it would overwrite).
+  if (par) fork(0);
+  MOESERVE_CUDA_CHECK(cuda::window_store(b, v, kv_, cur()));
+  to_main();
 
   // Grouped low-rank output projection, then wo_b.
   const int G = int(c.o_groups), olora = int(c.o_lora_rank), group_in = H * hd / G;
@@ -568,6 +572,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     }
   }
   linear(L.wo_b.view(), grouped_, T, G * olora, out, D, true);
+  if (par) join(0);
 }
 
 void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {

@@ -88,21 +88,11 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, Att
     for (int c = 0; c < NC; ++c) o[h][c] = make_float4(0, 0, 0, 0);
   }
   if (k0 < k1) {
-    {  // 8 loads in flight per thread
+    // Queries and key tiles arrive by cp.async: every thread's copies are in flight together (one memory
+    // latency for the queries and the first tile, not one per 8 loads).
+    {
       const float4* src = reinterpret_cast<const float4*>(a.q + (size_t(t) * a.H + h0) * hd);
-      for (int b0 = threadIdx.x; b0 < HB * hd4; b0 += blockDim.x * 8) {
-        float4 v[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          const int i = b0 + u * blockDim.x;
-          v[u] = i < HB * hd4 ? src[i] : make_float4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          const int i = b0 + u * blockDim.x;
-          if (i < HB * hd4) sm4[i] = v[u];
-        }
-      }
+      for (int i = threadIdx.x; i < HB * hd4; i += blockDim.x) cp_async16(sm4 + i, src + i);
     }
     for (int tile = k0; tile < k1; tile += kTile) {
       __syncthreads();
@@ -125,20 +115,12 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, Att
         kptr[threadIdx.x] = p;
       }
       __syncthreads();
-      for (int b0 = threadIdx.x; b0 < kTile * hd4; b0 += blockDim.x * 8) {  // 8 loads in flight per thread
-        float4 v[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          const int i = b0 + u * blockDim.x;
-          const float* p = i < kTile * hd4 ? kptr[i / hd4] : nullptr;
-          v[u] = p ? *reinterpret_cast<const float4*>(p + 4 * (i % hd4)) : make_float4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          const int i = b0 + u * blockDim.x;
-          if (i < kTile * hd4) *reinterpret_cast<float4*>(ks + (i / hd4) * ldk + 4 * (i % hd4)) = v[u];
-        }
+      for (int i = threadIdx.x; i < kTile * hd4; i += blockDim.x) {
+        const float* p = kptr[i / hd4];
+        float* dst = ks + (i / hd4) * ldk + 4 * (i % hd4);
+        cp_async16(dst, p ? p + 4 * (i % hd4) : a.q, p ? 16 : 0);  // past the split: zeros
       }
+      cp_async_wait_all();
       __syncthreads();
       const bool valid = tile + lane < k1;
       // Scores of key `lane` for this warp's heads.
@@ -146,6 +128,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, Att
 #pragma unroll
       for (int h = 0; h < HPW; ++h) sc[h] = 0.0f;
       const float* kr = ks + lane * ldk;
+#pragma unroll 4
       for (int c = 0; c < hd4; ++c) {
         const float4 kv4 = *reinterpret_cast<const float4*>(kr + 4 * c);
 #pragma unroll
@@ -236,7 +219,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, Att
 template <int NC>
 __global__ void combine_kernel(BatchDesc b, AttentionArgs a) {
   dev::pdl_begin();
-  constexpr int kBatch = 4;
+  constexpr int kBatch = 8;
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (row >= b.T * a.H) return;
   const int t = row / a.H, head = row % a.H, hd = a.hd;

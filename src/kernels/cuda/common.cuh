@@ -103,6 +103,14 @@ __device__ __forceinline__ float fp8_value(uint8_t b) {
 }
 __device__ __forceinline__ float fp8_round(float v) { return fp8_value(fp8_bits(v)); }
 
+// 16-byte asynchronous copy global -> shared (no register staging, so a thread can have dozens in flight);
+// src_bytes = 0 zero-fills the destination (src must still be a valid address). Wait with cp_async_wait_all.
+__device__ __forceinline__ void cp_async16(void* smem, const void* src, int src_bytes = 16) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 // e2m1 round to nearest even of v clamped to +-6 (core/dtype.cpp f32_to_fp4_e2m1), returned as a value.
 __device__ __forceinline__ float fp4_round(float v) {
   v = fmaxf(-kFp4Max, fminf(kFp4Max, v));
