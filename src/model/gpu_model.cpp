@@ -344,9 +344,7 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
     *ld = ldx;
     if (!sim) return;
     float* t = tmp_f32(size_t(M) * K);
-    MOESERVE_CUDA_CHECK(cudaMemcpy2DAsync(t, size_t(K) * 4, x, size_t(ldx) * 4, size_t(K) * 4, M,
-                                          cudaMemcpyDeviceToDevice, st));
-    MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(t, M, K, K, 128, st));
+    MOESERVE_CUDA_CHECK(cuda::fp8_block_sim_to(x, ldx, t, K, M, K, 128, st));
     *xin = t;
     *ld = K;
   };
@@ -622,8 +620,7 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
     a.ldx = D;
     a.act_fp8 = sim && cuda::gemv_fuses_act_fp8(a);
     if (sim && !a.act_fp8) {
-      MOESERVE_CUDA_CHECK(cudaMemcpyAsync(xe_, x, size_t(T) * D * 4, cudaMemcpyDeviceToDevice, st));
-      MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(xe_, T, D, D, 128, st));
+      MOESERVE_CUDA_CHECK(cuda::fp8_block_sim_to(x, D, xe_, D, T, D, 128, st));
       a.x = xe_;
     }
     a.y = h13_;

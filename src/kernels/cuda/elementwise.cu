@@ -104,19 +104,20 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
 }
 
 // One warp per (row, block).
-__global__ void fp8_block_sim_kernel(float* x, int rows, int ld, int width, int block) {
+__global__ void fp8_block_sim_kernel(const float* x, int ldx, float* y, int ldy, int rows, int width, int block) {
   dev::pdl_begin();
   const int blocks = (width + block - 1) / block;
   const int item = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (item >= rows * blocks) return;
   const int r = item / blocks, b = item % blocks;
-  float* v = x + size_t(r) * ld + size_t(b) * block;
+  const float* v = x + size_t(r) * ldx + size_t(b) * block;
+  float* out = y + size_t(r) * ldy + size_t(b) * block;
   const int n = min(width, (b + 1) * block) - b * block;
   float amax = 0;
   for (int i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(v[i]));
   amax = warp_max(amax);
   const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
-  for (int i = lane; i < n; i += 32) v[i] = fp8_round(v[i] / s) * s;
+  for (int i = lane; i < n; i += 32) out[i] = fp8_round(v[i] / s) * s;
 }
 
 // One block (128 threads) per row.
@@ -290,9 +291,15 @@ cudaError_t rope(float* x, int T, int heads, int head_dim, int ld, int rope_dim,
 }
 
 cudaError_t fp8_block_sim(float* x, int rows, int ld, int width, int block, cudaStream_t stream) {
+  return fp8_block_sim_to(x, ld, x, ld, rows, width, block, stream);
+}
+
+cudaError_t fp8_block_sim_to(const float* x, int ldx, float* y, int ldy, int rows, int width, int block,
+                             cudaStream_t stream) {
   if (rows == 0 || width == 0) return cudaSuccess;
   const size_t items = size_t(rows) * ((width + block - 1) / block);
-  dev::launch(fp8_block_sim_kernel, dim3(blocks_for(items, 8)), dim3(256), 0, stream, x, rows, ld, width, block);
+  dev::launch(fp8_block_sim_kernel, dim3(blocks_for(items, 8)), dim3(256), 0, stream, x, ldx, y, ldy, rows, width,
+              block);
   return cudaGetLastError();
 }
 

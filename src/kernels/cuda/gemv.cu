@@ -46,7 +46,7 @@ __device__ __forceinline__ float weight_scalar(const void* w, size_t index) {
 }
 
 // One token: 4 blocks of 256 threads per SM (at most 64 registers), the occupancy the weight stream needs.
-// ACT8 (VECTOR only): x goes through the FP8 activation simulation as it is loaded.
+// ACT8 (VECTOR, MT = 1 only): x goes through the FP8 activation simulation as it is loaded.
 template <bool FP8, int MT, bool VECTOR, bool ACT8>
 __global__ void __launch_bounds__(kThreads, MT == 1 ? 4 : 1) gemv_kernel(GemvArgs a, int KT) {
   constexpr int VEC = FP8 ? 16 : 8;
@@ -217,13 +217,13 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 4 : 1) gemv_kernel(GemvArg
   }
 }
 
-template <bool FP8, bool VECTOR, bool ACT8>
+template <bool FP8, bool VECTOR>
 cudaError_t launch(const GemvArgs& a, int mt, dim3 grid, int KT, cudaStream_t stream) {
   switch (mt) {
-    case 1: return dev::launch(gemv_kernel<FP8, 1, VECTOR, ACT8>, grid, dim3(kThreads), 0, stream, a, KT);
-    case 2: return dev::launch(gemv_kernel<FP8, 2, VECTOR, ACT8>, grid, dim3(kThreads), 0, stream, a, KT);
-    case 4: return dev::launch(gemv_kernel<FP8, 4, VECTOR, ACT8>, grid, dim3(kThreads), 0, stream, a, KT);
-    default: return dev::launch(gemv_kernel<FP8, 8, VECTOR, ACT8>, grid, dim3(kThreads), 0, stream, a, KT);
+    case 1: return dev::launch(gemv_kernel<FP8, 1, VECTOR, false>, grid, dim3(kThreads), 0, stream, a, KT);
+    case 2: return dev::launch(gemv_kernel<FP8, 2, VECTOR, false>, grid, dim3(kThreads), 0, stream, a, KT);
+    case 4: return dev::launch(gemv_kernel<FP8, 4, VECTOR, false>, grid, dim3(kThreads), 0, stream, a, KT);
+    default: return dev::launch(gemv_kernel<FP8, 8, VECTOR, false>, grid, dim3(kThreads), 0, stream, a, KT);
   }
 }
 
@@ -237,7 +237,10 @@ bool vectorized(const GemvArgs& a) {
 
 }  // namespace
 
-bool gemv_fuses_act_fp8(const GemvArgs& a) { return a.K % 128 == 0 && vectorized(a); }
+bool gemv_fuses_act_fp8(const GemvArgs& a) {
+  const bool one_row = a.group_count ? a.max_group_rows == 1 : a.M == 1;
+  return one_row && a.K % 128 == 0 && vectorized(a);
+}
 
 cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   if (a.N == 0 || a.problems == 0 || (!a.group_count && a.M == 0)) return cudaSuccess;
@@ -253,13 +256,12 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   const int mt = rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8;
   const int rows_per_block = (kThreads / KT) * kRows;
   dim3 grid((a.N + rows_per_block - 1) / rows_per_block, a.problems);
-  if (a.act_fp8)
-    return fp8 ? launch<true, true, true>(a, mt, grid, KT, stream) : launch<false, true, true>(a, mt, grid, KT, stream);
+  if (a.act_fp8)  // one row per pass
+    return fp8 ? dev::launch(gemv_kernel<true, 1, true, true>, grid, dim3(kThreads), 0, stream, a, KT)
+               : dev::launch(gemv_kernel<false, 1, true, true>, grid, dim3(kThreads), 0, stream, a, KT);
   if (fp8)
-    return vector ? launch<true, true, false>(a, mt, grid, KT, stream)
-                  : launch<true, false, false>(a, mt, grid, KT, stream);
-  return vector ? launch<false, true, false>(a, mt, grid, KT, stream)
-                : launch<false, false, false>(a, mt, grid, KT, stream);
+    return vector ? launch<true, true>(a, mt, grid, KT, stream) : launch<true, false>(a, mt, grid, KT, stream);
+  return vector ? launch<false, true>(a, mt, grid, KT, stream) : launch<false, false>(a, mt, grid, KT, stream);
 }
 
 }  // namespace moeserve::cuda

@@ -69,6 +69,9 @@ cudaError_t rope(float* x, int T, int heads, int head_dim, int ld, int rope_dim,
 // In place: each `block` of the first `width` values of each row -> fp8(clamp(x / s)) * s, s the power-of-two
 // scale of the block's amax (kernels/cpu/quant.h fp8_block_sim; a trailing partial block is its own block).
 cudaError_t fp8_block_sim(float* x, int rows, int ld, int width, int block, cudaStream_t stream);
+// The same, out of place: y = sim(x) (rows of width floats; x and y may be the same).
+cudaError_t fp8_block_sim_to(const float* x, int ldx, float* y, int ldy, int rows, int width, int block,
+                             cudaStream_t stream);
 // In place: orthonormal Walsh-Hadamard rotation of each row (dim a power of two, <= 1024), then (fp4) the
 // FP4 e2m1 simulation per 32 (kernels/cpu/quant.h hadamard_rotate + fp4_block_sim).
 cudaError_t hadamard_fp4_sim(float* x, int rows, int dim, bool fp4, cudaStream_t stream);
@@ -162,7 +165,9 @@ struct GemvArgs {
   bool act_fp8 = false;
 };
 cudaError_t gemv(const GemvArgs& args, cudaStream_t stream);
-// Whether gemv can apply act_fp8 on the load: the vectorized path (16-byte aligned rows) and K % 128 == 0.
+// Whether gemv can apply act_fp8 on the load: one row per pass (M == 1, or grouped with max_group_rows == 1:
+// with more rows the per-load simulation costs more issue than the weight stream leaves), the vectorized path
+// (16-byte aligned rows) and K % 128 == 0.
 bool gemv_fuses_act_fp8(const GemvArgs& args);
 
 // ------------------------------------------------------------------------- compressor / indexer (kv.cu)

@@ -3,6 +3,7 @@
 // quantization simulations: power-of-two scales and round-to-nearest-even make them exact); otherwise a few
 // ulps of fp32 (1e-6 relative of the row's scale) where the only difference is FMA contraction or the
 // summation order of a double-accumulated norm.
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 
@@ -164,6 +165,15 @@ TEST(CudaOps, QuantizationSimulationsAreExact) {
     std::vector<float> want = x;
     ref::fp8_block_sim(want.data(), rows, ld, width, block);
     expect_equal(host(dx), want, "fp8_block_sim width " + std::to_string(width));
+    // Out of place into a packed copy (the skinny GEMM's input when the simulation is not fused).
+    auto src = dev(x);
+    auto packed = poisoned<float>(size_t(rows) * width);
+    MOESERVE_CUDA_CHECK(cuda::fp8_block_sim_to(src.data(), ld, packed.data(), width, rows, width, block, nullptr));
+    std::vector<float> want_packed(size_t(rows) * width);
+    for (int r = 0; r < rows; ++r)
+      std::copy_n(want.begin() + size_t(r) * ld, width, want_packed.begin() + size_t(r) * width);
+    expect_equal(host(packed), want_packed, "fp8_block_sim_to width " + std::to_string(width));
+    EXPECT_EQ(host(src), x) << "fp8_block_sim_to wrote its input";
   }
   // Hadamard + FP4 of the indexer (128) and other powers of two.
   for (int dim : {128, 32, 512}) {
