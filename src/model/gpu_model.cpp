@@ -486,8 +486,13 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   to_main();
   if (icomp) {
     linear(L.index_wq_b.view(), qr_, T, ql, iq_, nH * id, true);
-    MOESERVE_CUDA_CHECK(cuda::rope(iq_, T, nH, id, nH * id, rd, b.tok_pos, inv_freq_compress_.data(), cscale, false, 0.0f, cur()));
-    if (num.indexer_fp4) MOESERVE_CUDA_CHECK(cuda::hadamard_fp4_sim(iq_, T * nH, id, true, cur()));
+    if (num.indexer_fp4 && id == 128) {  // rope, Hadamard and FP4 in one launch
+      MOESERVE_CUDA_CHECK(cuda::rope_hadamard(iq_, T, nH, id, nH * id, rd, b.tok_pos, inv_freq_compress_.data(), cscale,
+                                              true, cur()));
+    } else {
+      MOESERVE_CUDA_CHECK(cuda::rope(iq_, T, nH, id, nH * id, rd, b.tok_pos, inv_freq_compress_.data(), cscale, false, 0.0f, cur()));
+      if (num.indexer_fp4) MOESERVE_CUDA_CHECK(cuda::hadamard_fp4_sim(iq_, T * nH, id, true, cur()));
+    }
     if (par) join(1);
   }
   const cudaStream_t st = stream();
@@ -676,9 +681,14 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
   const int TK = T * K, E = ex.E, D = ex.D, I = ex.I;
   const int sa_ld = (TK + 3) / 4 * 4;
   const int expected_rows = (TK + E - 1) / E;
-  MOESERVE_CUDA_CHECK(cuda::moe_route_rows(chosen_, T, K, E, 0, w4_counts_, row_of_slot_, w4_slot_of_row_, w4_work_,
-                                           cuda::moe_route_rows_workspace(T, K, E), st));
-  MOESERVE_CUDA_CHECK(cuda::moe_gather_quant_f32(x, D, w4_slot_of_row_, TK, K, w4_a_, w4_sa_, sa_ld, st));
+  if (TK <= cuda::moe_route_gather_max_slots()) {  // decode: routing rows and the gather in one launch
+    MOESERVE_CUDA_CHECK(cuda::moe_route_gather_quant_f32(chosen_, T, K, E, x, D, w4_counts_, row_of_slot_,
+                                                         w4_slot_of_row_, w4_a_, w4_sa_, sa_ld, st));
+  } else {
+    MOESERVE_CUDA_CHECK(cuda::moe_route_rows(chosen_, T, K, E, 0, w4_counts_, row_of_slot_, w4_slot_of_row_, w4_work_,
+                                             cuda::moe_route_rows_workspace(T, K, E), st));
+    MOESERVE_CUDA_CHECK(cuda::moe_gather_quant_f32(x, D, w4_slot_of_row_, TK, K, w4_a_, w4_sa_, sa_ld, st));
+  }
   MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(ex.w13_view(), {w4_a_, w4_sa_, TK, sa_ld}, w4_counts_, h13_,
                                                              cuda::MoeOutType::F32, expected_rows, -1, st));
   MOESERVE_CUDA_CHECK(

@@ -52,6 +52,9 @@ __global__ void rms_norm_kernel(const float* x, int dim, int ldx, const float* w
 }
 
 // One warp per (token, head): optional unweighted RMSNorm of the head, then the rotation of its trailing dims.
+// POST (head_dim 128 only): 1 the Walsh-Hadamard rotation of the row after the rope, 2 also the FP4 simulation
+// per 32 (hadamard_fp4_sim's arithmetic in the same order: the indexer's queries in one launch).
+template <int POST>
 __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
                             const float* inv_freq, float attn_scale, bool inverse, float norm_eps,
                             const float* norm_w) {
@@ -100,6 +103,42 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
     const float a = r[2 * i], bb = r[2 * i + 1];
     r[2 * i] = a * c - bb * s;
     r[2 * i + 1] = bb * c + a * s;
+  }
+  if constexpr (POST > 0) {
+    __syncwarp();  // the rotated values, written by other lanes of this warp, are visible after it
+    float e[4];    // element lane + 32 u
+#pragma unroll
+    for (int u = 0; u < 4; ++u) e[u] = v[lane + 32 * u];
+    // Butterflies of hadamard_shared: stage len pairs (i, i + len), i without bit len: a + b at i, a - b at i + len.
+#pragma unroll
+    for (int len = 1; len < 32; len <<= 1) {
+      const bool low = (lane & len) == 0;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float other = __shfl_xor_sync(0xffffffffu, e[u], len);
+        e[u] = low ? e[u] + other : other - e[u];
+      }
+    }
+#pragma unroll
+    for (int len = 1; len < 4; len <<= 1)  // len 32 and 64: partners in the same lane
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if ((u & len) == 0) {
+          const float a = e[u], b = e[u + len];
+          e[u] = a + b;
+          e[u + len] = a - b;
+        }
+    const float norm = 1.0f / sqrtf(128.0f);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      e[u] *= norm;
+      if constexpr (POST == 2) {
+        const float amax = warp_max(fabsf(e[u]));
+        const float sc = pow2_scale(amax, kFp4Max, kFp4AmaxFloor);
+        e[u] = fp4_round(e[u] / sc) * sc;
+      }
+      v[lane + 32 * u] = e[u];
+    }
   }
 }
 
@@ -285,9 +324,21 @@ cudaError_t rope(float* x, int T, int heads, int head_dim, int ld, int rope_dim,
                  const float* inv_freq, float attn_scale, bool inverse, float norm_eps, cudaStream_t stream,
                  const float* norm_w) {
   if (T == 0 || heads == 0) return cudaSuccess;
-  dev::launch(rope_kernel, dim3(blocks_for(size_t(T) * heads, 4)), dim3(128), 0, stream, x, T, heads, head_dim, ld,
-              rope_dim, pos, inv_freq, attn_scale, inverse, norm_eps, norm_w);
+  dev::launch(rope_kernel<0>, dim3(blocks_for(size_t(T) * heads, 4)), dim3(128), 0, stream, x, T, heads, head_dim,
+              ld, rope_dim, pos, inv_freq, attn_scale, inverse, norm_eps, norm_w);
   return cudaGetLastError();
+}
+
+cudaError_t rope_hadamard(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
+                          const float* inv_freq, float attn_scale, bool fp4, cudaStream_t stream) {
+  if (T == 0 || heads == 0) return cudaSuccess;
+  if (head_dim != 128) return cudaErrorInvalidValue;
+  const dim3 grid(blocks_for(size_t(T) * heads, 4));
+  if (fp4)
+    return dev::launch(rope_kernel<2>, grid, dim3(128), 0, stream, x, T, heads, head_dim, ld, rope_dim, pos, inv_freq,
+                       attn_scale, false, 0.0f, nullptr);
+  return dev::launch(rope_kernel<1>, grid, dim3(128), 0, stream, x, T, heads, head_dim, ld, rope_dim, pos, inv_freq,
+                     attn_scale, false, 0.0f, nullptr);
 }
 
 cudaError_t fp8_block_sim(float* x, int rows, int ld, int width, int block, cudaStream_t stream) {

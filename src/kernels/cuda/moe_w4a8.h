@@ -75,6 +75,12 @@ cudaError_t moe_gather_quant(const uint16_t* x, int D, const int* slot_of_row, i
                              float* sa, int sa_ld, cudaStream_t stream);
 cudaError_t moe_gather_quant_f32(const float* x, int D, const int* slot_of_row, int rows, int topk, uint8_t* a,
                                  float* sa, int sa_ld, cudaStream_t stream);
+// moe_route_rows (contiguous, cap 0) and moe_gather_quant_f32 in one launch, for at most
+// moe_route_gather_max_slots() slots (T * topk): the same outputs, bit for bit.
+int moe_route_gather_max_slots();
+cudaError_t moe_route_gather_quant_f32(const int* topk_ids, int T, int topk, int E, const float* x, int D, int* counts,
+                                       int* row_of_slot, int* slot_of_row, uint8_t* a, float* sa, int sa_ld,
+                                       cudaStream_t stream);
 cudaError_t moe_swiglu_quant(const uint16_t* h, int I, const int* slot_of_row, int rows, const float* weights,
                              float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream);
 cudaError_t moe_swiglu_quant_f32(const float* h, int I, const int* slot_of_row, int rows, const float* weights,

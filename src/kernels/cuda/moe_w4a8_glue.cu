@@ -203,6 +203,59 @@ __global__ void gather_quant_kernel(const In* x, int D, const int* slot_of_row, 
   quant8_store(v, a + size_t(row) * D + c, sa + size_t(c / 128) * sa_ld + row, (threadIdx.x % 16) == 0, active);
 }
 
+// ---- routing + gather + quantize in one launch (contiguous layout, a decode step's few slots) ----
+// Every block places all S slots itself (route_small_kernel's histogram, scan and stable placement, in shared
+// memory: a few dozen slots cost less than a launch), then gathers and quantizes its own row; block 0 also
+// writes counts, row_of_slot and slot_of_row for the GEMMs and the later glue. blockDim >= kMaxE.
+constexpr int kFusedRouteSlots = 256;
+
+template <class In>
+__global__ void route_gather_quant_kernel(const int* topk_ids, int S, int E, const In* x, int D, int topk,
+                                          int* counts, int* row_of_slot, int* slot_of_row, uint8_t* a, float* sa,
+                                          int sa_ld) {
+  dev::pdl_begin();
+  __shared__ int seen[kMaxE];
+  __shared__ int start[kMaxE];
+  __shared__ int warp_base[32];
+  __shared__ int s_row_of_slot[kFusedRouteSlots], s_slot_of_row[kFusedRouteSlots];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int e = tid; e < kMaxE; e += blockDim.x) seen[e] = 0;
+  __syncthreads();
+  for (int s = tid; s < S; s += blockDim.x) atomicAdd(&seen[topk_ids[s]], 1);
+  __syncthreads();
+  int total = 0, incl = 0;
+  if (tid < kMaxE) {
+    total = tid < E ? seen[tid] : 0;
+    incl = warp_inclusive_sum(total);
+    if (lane == 31) warp_base[warp] = incl;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int w = lane < kMaxE / 32 ? warp_base[lane] : 0;
+    warp_base[lane] = warp_inclusive_sum(w) - w;  // exclusive
+  }
+  __syncthreads();
+  if (tid < E) {
+    if (blockIdx.x == 0) counts[tid] = total;
+    start[tid] = warp_base[warp] + incl - total;
+    seen[tid] = 0;
+  }
+  __syncthreads();
+  if (warp == 0) place_slots(topk_ids, 0, S, 0, nullptr, start, seen, s_row_of_slot, s_slot_of_row);
+  __syncthreads();
+  if (blockIdx.x == 0)
+    for (int s = tid; s < S; s += blockDim.x) {
+      row_of_slot[s] = s_row_of_slot[s];
+      slot_of_row[s] = s_slot_of_row[s];
+    }
+  const int row = blockIdx.x, slot = s_slot_of_row[row];
+  const int c = tid * 8;
+  const bool active = c < D;
+  float v[8];
+  load8(x + size_t(slot / topk) * D + c, active, v);
+  quant8_store(v, a + size_t(row) * D + c, sa + size_t(c / 128) * sa_ld + row, (tid % 16) == 0, active);
+}
+
 // ---- SwiGLU(clamp) * routing weight -> FP8 (one block per grouped row, 8 channels per thread) ----
 template <class In>
 __global__ void swiglu_quant_kernel(const In* h, int I, const int* slot_of_row, const float* weights, float limit,
@@ -322,6 +375,19 @@ cudaError_t moe_gather_quant_f32(const float* x, int D, const int* slot_of_row, 
                                  float* sa, int sa_ld, cudaStream_t stream) {
   return launch_gather_quant(x, D, slot_of_row, rows, topk, a, sa, sa_ld, stream);
 }
+
+cudaError_t moe_route_gather_quant_f32(const int* topk_ids, int T, int topk, int E, const float* x, int D, int* counts,
+                                       int* row_of_slot, int* slot_of_row, uint8_t* a, float* sa, int sa_ld,
+                                       cudaStream_t stream) {
+  const int S = T * topk;
+  if (T <= 0 || topk <= 0 || E <= 0 || E > kMaxE || S > kFusedRouteSlots || D % 128 != 0 || D / 8 > 1024)
+    return cudaErrorInvalidValue;
+  const int threads = max(kMaxE, (D / 8 + 31) / 32 * 32);
+  return dev::launch(route_gather_quant_kernel<float>, dim3(S), dim3(threads), 0, stream, topk_ids, S, E, x, D, topk,
+                     counts, row_of_slot, slot_of_row, a, sa, sa_ld);
+}
+
+int moe_route_gather_max_slots() { return kFusedRouteSlots; }
 
 cudaError_t moe_swiglu_quant(const uint16_t* h, int I, const int* slot_of_row, int rows, const float* weights,
                              float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream) {

@@ -66,6 +66,10 @@ cudaError_t rms_norm(const float* x, int rows, int dim, int ldx, const float* w,
 cudaError_t rope(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
                  const float* inv_freq, float attn_scale, bool inverse, float norm_eps, cudaStream_t stream,
                  const float* norm_w = nullptr);
+// The indexer's queries in one launch: rope (no norm, not inverse), then hadamard_fp4_sim(fp4) of each row, with
+// the same arithmetic as the two ops in turn. head_dim must be 128 (cudaErrorInvalidValue otherwise).
+cudaError_t rope_hadamard(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
+                          const float* inv_freq, float attn_scale, bool fp4, cudaStream_t stream);
 // In place: each `block` of the first `width` values of each row -> fp8(clamp(x / s)) * s, s the power-of-two
 // scale of the block's amax (kernels/cpu/quant.h fp8_block_sim; a trailing partial block is its own block).
 cudaError_t fp8_block_sim(float* x, int rows, int ld, int width, int block, cudaStream_t stream);

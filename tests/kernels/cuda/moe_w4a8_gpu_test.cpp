@@ -459,6 +459,51 @@ TEST(MoeW4A8Gpu, GatherQuantBitExact) {
     }
 }
 
+// The decode-step fusion of moe_route_rows (contiguous) and moe_gather_quant_f32: the same counts, rows, FP8
+// rows and scales as the two launches, bit for bit, up to the largest slot count it takes.
+TEST(MoeW4A8Gpu, RouteGatherQuantFusedMatchesSeparate) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(test_seed("route_gather_quant"));
+  const int topk = 6, max_t = cuda::moe_route_gather_max_slots() / topk;
+  for (int E : {256, 384})
+    for (int D : {4096, 7168})
+      for (int T : {1, 3, 8, max_t}) {
+        const std::vector<int> ids = random_topk(rng, T, topk, E, true);
+        const int S = T * topk, sa_ld = (S + 3) / 4 * 4;
+        std::vector<float> xf(size_t(T) * D);
+        std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+        for (float& v : xf) v = u(rng) * (rng() % 17 == 0 ? 40.0f : 1.0f);
+        DevBuf<int> dids(ids);
+        DevBuf<float> dxf(xf);
+        DevBuf<int> c1(E), r1(S), s1(S), c2(E), r2(S), s2(S);
+        DevBuf<uint8_t> a1(size_t(S) * D), a2(size_t(S) * D);
+        DevBuf<float> sa1(size_t(D / 128) * sa_ld), sa2(size_t(D / 128) * sa_ld);
+        for (auto* b : {&c1, &r1, &s1, &c2, &r2, &s2}) b->poison();
+        sa1.poison();
+        sa2.poison();
+        DevBuf<uint8_t> ws(cuda::moe_route_rows_workspace(T, topk, E));
+        ASSERT_EQ(cuda::moe_route_rows(dids.p, T, topk, E, 0, c1.p, r1.p, s1.p, ws.p, ws.n, nullptr), cudaSuccess);
+        ASSERT_EQ(cuda::moe_gather_quant_f32(dxf.p, D, s1.p, S, topk, a1.p, sa1.p, sa_ld, nullptr), cudaSuccess);
+        ASSERT_EQ(cuda::moe_route_gather_quant_f32(dids.p, T, topk, E, dxf.p, D, c2.p, r2.p, s2.p, a2.p, sa2.p, sa_ld,
+                                                   nullptr),
+                  cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::string what = "E " + std::to_string(E) + " D " + std::to_string(D) + " T " + std::to_string(T);
+        EXPECT_EQ(c2.download(), c1.download()) << what;
+        EXPECT_EQ(r2.download(), r1.download()) << what;
+        EXPECT_EQ(s2.download(), s1.download()) << what;
+        EXPECT_EQ(a2.download(), a1.download()) << what;
+        const std::vector<float> g1 = sa1.download(), g2 = sa2.download();
+        int64_t bad = 0;
+        for (size_t i = 0; i < g1.size(); ++i)
+          if (i % size_t(sa_ld) < size_t(S)) bad += f32_to_bits(g1[i]) != f32_to_bits(g2[i]);
+        EXPECT_EQ(bad, 0) << what;
+      }
+  EXPECT_EQ(cuda::moe_route_gather_quant_f32(nullptr, cuda::moe_route_gather_max_slots() / topk + 1, topk, 256, nullptr,
+                                             4096, nullptr, nullptr, nullptr, nullptr, nullptr, 4, nullptr),
+            cudaErrorInvalidValue);
+}
+
 TEST(MoeW4A8Gpu, SwigluQuantMatchesReference) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(test_seed("swiglu_quant"));

@@ -188,6 +188,25 @@ TEST(CudaOps, QuantizationSimulationsAreExact) {
       expect_equal(host(dx), want, "hadamard" + std::string(fp4 ? "+fp4 " : " ") + std::to_string(dim));
     }
   }
+  // The indexer's fused rope + Hadamard (+ FP4): bit for bit the two ops in turn (same arithmetic, same order).
+  {
+    const int T = 5, H = 64, hd = 128, rd = 64;
+    ref::RopeTable table(yarn_spec(), rd);
+    auto inv = dev(table.inv_freq());
+    std::vector<int> pos(static_cast<size_t>(T));
+    for (auto& p : pos) p = int(g() % 1000000);
+    auto dpos = dev(pos);
+    auto x = normal(size_t(T) * H * hd, g, 2.0f);
+    for (bool fp4 : {false, true}) {
+      auto fused = dev(x), apart = dev(x);
+      MOESERVE_CUDA_CHECK(cuda::rope_hadamard(fused.data(), T, H, hd, H * hd, rd, dpos.data(), inv.data(), 0.7f, fp4, nullptr));
+      MOESERVE_CUDA_CHECK(cuda::rope(apart.data(), T, H, hd, H * hd, rd, dpos.data(), inv.data(), 0.7f, false, 0.0f, nullptr));
+      MOESERVE_CUDA_CHECK(cuda::hadamard_fp4_sim(apart.data(), T * H, hd, fp4, nullptr));
+      expect_equal(host(fused), host(apart), std::string("rope_hadamard") + (fp4 ? "+fp4" : ""));
+    }
+    EXPECT_EQ(cuda::rope_hadamard(nullptr, 1, 1, 64, 64, 32, dpos.data(), inv.data(), 1.0f, true, nullptr),
+              cudaErrorInvalidValue);
+  }
   // The FP8 activation quantizer (cuBLASLt layout of the scales).
   const int M = 6, K = 1024;
   auto x = normal(size_t(M) * K, g, 10.0f);
