@@ -417,8 +417,8 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   const GpuCompressor* icomp = L.index_compressor ? &*L.index_compressor : nullptr;
   const int nH = int(c.index_n_heads), id = int(c.index_head_dim);
   // Branches of a decode-sized step: side 0 the kv head and the attention's compressor, side 1 the indexer's
-  // compressor and head weights, side 2 the query (when the indexer's query path is the longer one); the
-  // main stream keeps the path to the attention kernel.
+  // compressor, side 3 its head weights, side 2 the query (when the indexer's query path is the longer one);
+  // the main stream keeps the path to the attention kernel.
   const bool par = branches(T);
 
   if (par) fork(0);
@@ -472,6 +472,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     ia.pool = v.index_keys;
     MOESERVE_CUDA_CHECK(cuda::compressor_emit(b, ia, cur()));
     MOESERVE_CUDA_CHECK(cuda::compressor_store(b, ia, cur()));
+    if (par) fork(3);
     linear(L.index_weights_proj.view(), x, T, D, iw_, nH, true);
     MOESERVE_CUDA_CHECK(cuda::scale_values(iw_, size_t(T) * nH, 1.0f / std::sqrt(float(nH)), cur()));
   }
@@ -493,7 +494,10 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
       MOESERVE_CUDA_CHECK(cuda::rope(iq_, T, nH, id, nH * id, rd, b.tok_pos, inv_freq_compress_.data(), cscale, false, 0.0f, cur()));
       if (num.indexer_fp4) MOESERVE_CUDA_CHECK(cuda::hadamard_fp4_sim(iq_, T * nH, id, true, cur()));
     }
-    if (par) join(1);
+    if (par) {
+      join(1);
+      join(3);
+    }
   }
   const cudaStream_t st = stream();
 

@@ -117,7 +117,7 @@ class GpuModel {
   kernels::cpu::RopeTable rope_main_, rope_compress_;
   cuda::DeviceArray<float> inv_freq_main_, inv_freq_compress_;
   cuda::Stream stream_;
-  static constexpr int kSides = 3;
+  static constexpr int kSides = 4;
   cuda::Stream sides_[kSides];
   cudaStream_t cur_ = nullptr;      // the stream work is issued on (nullptr: the main stream)
   cudaEvent_t branch_ev_ = nullptr;  // recorded and waited on at once, so one event serves every fork and join
