@@ -798,7 +798,8 @@ void GpuModel::forward_async(GpuKvCache& cache, const std::vector<ForwardRequest
     return;
   }
   cudaGraphExec_t exec = nullptr;
-  MOESERVE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  // Node priorities as captured (the main stream's kernels ahead of the side branches').
+  MOESERVE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority));
   cudaGraphDestroy(graph);
   Graph& g = graphs_[B];
   if (g.exec) cudaGraphExecDestroy(g.exec);

@@ -79,7 +79,16 @@ template class DeviceArray<int>;
 template class DeviceArray<uint8_t>;
 template class DeviceArray<uint16_t>;
 
-Stream::Stream() { MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+Stream::Stream(StreamPriority priority) {
+  if (priority == StreamPriority::Normal) {
+    MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    return;
+  }
+  int least = 0, greatest = 0;  // numerically: greatest priority is the lowest number
+  MOESERVE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  MOESERVE_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking,
+                                                   priority == StreamPriority::High ? greatest : least));
+}
 Stream::~Stream() {
   if (stream_) cudaStreamDestroy(stream_);
 }

@@ -57,9 +57,13 @@ class DeviceArray {
   size_t count_ = 0;
 };
 
+// Stream priorities: kernels of a higher-priority stream are given free SMs first (CUDA graphs keep the
+// priority of the stream each kernel was captured on).
+enum class StreamPriority { Normal, High, Low };
+
 class Stream {
  public:
-  Stream();
+  explicit Stream(StreamPriority priority = StreamPriority::Normal);
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
