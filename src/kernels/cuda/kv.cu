@@ -213,6 +213,7 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 
 constexpr int kTopkThreads = 1024;
 constexpr int kTopkMax = 2048;
+constexpr int kTopkCached = 4;  // keys per thread held in registers (4096 per row)
 
 __device__ __forceinline__ bool before(uint32_t ka, int ia, uint32_t kb, int ib) {
   return ka > kb || (ka == kb && ia < ib);
@@ -234,19 +235,43 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
   for (int j = kk + threadIdx.x; j < k; j += blockDim.x) out[j] = -1;
   if (kk == 0) return;
   const float* sc = scores + size_t(t) * ld;
-  // Radix select of the kk-th largest key.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // The first kTopkCached * blockDim keys stay in registers for all the passes (a decode step's whole row:
+  // one read of the scores instead of six); later ones are re-read.
+  uint32_t cached[kTopkCached];
+#pragma unroll
+  for (int j = 0; j < kTopkCached; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    cached[j] = i < n ? order_key(sc[i]) : 0u;
+  }
+  // Visits (i, key) of this thread's keys in pass order; every thread of a warp runs the same trip count
+  // (the bound is rounded up to whole blocks), so f may use warp collectives; valid = i < n.
+  auto for_keys = [&](auto&& f) {
+#pragma unroll
+    for (int j = 0; j < kTopkCached; ++j) {
+      const int i = threadIdx.x + j * blockDim.x;
+      if (j * int(blockDim.x) < n) f(i, cached[j], i < n);
+    }
+    for (int c0 = kTopkCached * blockDim.x; c0 < n; c0 += blockDim.x) {
+      const int i = c0 + threadIdx.x;
+      f(i, i < n ? order_key(sc[i]) : 0u, i < n);
+    }
+  };
+  // Radix select of the kk-th largest key. Scores cluster (their top bits agree), so the histogram counts
+  // are aggregated per warp (lanes of one digit add once) instead of every lane hitting the same bin.
   uint32_t prefix = 0, mask = 0;
   int remaining = kk;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const uint32_t u = order_key(sc[i]);
-      if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255], 1);
-    }
+    for_keys([&](int, uint32_t u, bool valid) {
+      const bool in = valid && (u & mask) == prefix;
+      const int digit = in ? int((u >> shift) & 255) : -1 - lane;  // distinct dummies
+      const unsigned peers = __match_any_sync(0xffffffffu, digit);
+      if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+    });
     __syncthreads();
     if (threadIdx.x < 32) {  // warp 0: lane l owns digits 255 - 8l ... 248 - 8l; a scan finds the digit
-      const int lane = threadIdx.x;
       int local = 0;
       for (int u = 0; u < 8; ++u) local += hist[255 - (lane * 8 + u)];
       const int incl = warp_inclusive_sum(local);
@@ -274,22 +299,31 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
   const uint32_t thr = prefix;  // the kk-th largest key; `remaining` of the keys equal to it are taken
   if (threadIdx.x == 0) s_count = 0;
   __syncthreads();
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const uint32_t u = order_key(sc[i]);
-    if (u > thr) {
-      const int slot = atomicAdd(&s_count, 1);
+  // Keys above the threshold, compacted with one shared atomic per warp (the sort below fixes the order).
+  for_keys([&](int i, uint32_t u, bool valid) {
+    const bool take = valid && u > thr;
+    const unsigned ballot = __ballot_sync(0xffffffffu, take);
+    int base = 0;
+    if (lane == 0 && ballot) base = atomicAdd(&s_count, __popc(ballot));
+    base = __shfl_sync(0xffffffffu, base, 0);
+    if (take) {
+      const int slot = base + __popc(ballot & ((1u << lane) - 1u));
       sk[slot] = u;
       si[slot] = i;
     }
-  }
+  });
   __syncthreads();
   const int above = s_count;
-  // Ties at the threshold: the lowest indices, in index order.
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int base = 0;
-  for (int c0 = 0; c0 < n && base < remaining; c0 += blockDim.x) {
+  // Ties at the threshold: the lowest indices, in index order (block-wide ranks per pass of blockDim keys).
+  int base = 0, pass = 0;
+  for (int c0 = 0; c0 < n && base < remaining; c0 += blockDim.x, ++pass) {
     const int i = c0 + threadIdx.x;
-    const bool eq = i < n && order_key(sc[i]) == thr;
+    uint32_t u = 0;
+#pragma unroll
+    for (int j = 0; j < kTopkCached; ++j)
+      if (pass == j) u = cached[j];
+    if (pass >= kTopkCached && i < n) u = order_key(sc[i]);
+    const bool eq = i < n && u == thr;
     const unsigned ballot = __ballot_sync(0xffffffffu, eq);
     if (lane == 0) warp_counts[warp] = __popc(ballot);
     __syncthreads();
