@@ -3,7 +3,6 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 
-#include <climits>
 
 namespace moeserve::cuda {
 
@@ -215,9 +214,6 @@ constexpr int kTopkThreads = 1024;
 constexpr int kTopkMax = 2048;
 constexpr int kTopkCached = 4;  // keys per thread held in registers (4096 per row)
 
-__device__ __forceinline__ bool before(uint32_t ka, int ia, uint32_t kb, int ib) {
-  return ka > kb || (ka == kb && ia < ib);
-}
 
 __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b, const float* scores, int ld,
                                                                     int ratio, int k, int* idx) {
@@ -227,6 +223,7 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
   __shared__ int s_remaining, s_count;
   __shared__ uint32_t sk[kTopkMax];
   __shared__ int si[kTopkMax];
+  __shared__ uint64_t packed[kTopkMax];
   __shared__ int warp_counts[32];
   const int t = blockIdx.x;
   const int n = (b.tok_pos[t] + 1) / ratio;
@@ -340,62 +337,21 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
     base += total;
     __syncthreads();
   }
-  // Bitonic sort of the kk selected (descending key, ascending index). When every element has its own thread
-  // (P <= blockDim), the stages whose partner lies in the same warp (stride < 32) run in registers through
-  // shuffles, so only the stages with stride >= 32 need a block barrier (15 barriers instead of 45 at P = 512).
-  int P = 1;
-  while (P < kk) P <<= 1;
-  for (int i = kk + threadIdx.x; i < P; i += blockDim.x) {
-    sk[i] = 0;
-    si[i] = INT_MAX;
-  }
+  // Order: the ties are already last and in index order; each key above the threshold goes to its rank among
+  // them (the count of keys before it: greater, or equal with a lower index), found by comparing with all of
+  // them. Packing key and ~index into 64 bits makes "before" one unsigned compare; every thread reads the same
+  // entry at once (a shared-memory broadcast) and the comparisons are independent, unlike the barrier-bound
+  // stages of a bitonic network (a decode step's 512 keys: 13 of the kernel's 17 us).
+  for (int j = threadIdx.x; j < above; j += blockDim.x) packed[j] = (uint64_t(sk[j]) << 32) | uint32_t(~si[j]);
   __syncthreads();
-  const bool in_registers = P <= int(blockDim.x);
-  for (int size = 2; size <= P; size <<= 1) {
-    int stride = size >> 1;
-    for (; stride > 0 && (stride >= 32 || !in_registers); stride >>= 1) {
-      for (int i = threadIdx.x; i < P; i += blockDim.x) {
-        const int j = i ^ stride;
-        if (j > i) {
-          const bool up = (i & size) == 0;
-          const bool ordered = before(sk[i], si[i], sk[j], si[j]);
-          if (ordered != up) {
-            const uint32_t tk = sk[i];
-            sk[i] = sk[j];
-            sk[j] = tk;
-            const int ti = si[i];
-            si[i] = si[j];
-            si[j] = ti;
-          }
-        }
-      }
-      __syncthreads();
-    }
-    if (stride == 0) continue;
-    // stride < 32 with one element per thread: the rest of this size's stages in registers.
-    const int x = threadIdx.x;
-    const bool own = x < P;  // whole warps: P >= 32 here or P is the warp's prefix (partners stay below P)
-    uint32_t key = own ? sk[x] : 0;
-    int id = own ? si[x] : INT_MAX;
-    const bool up = (x & size) == 0;
-    for (; stride > 0; stride >>= 1) {
-      const uint32_t ok = __shfl_xor_sync(0xffffffffu, key, stride);
-      const int oi = __shfl_xor_sync(0xffffffffu, id, stride);
-      const bool lower = (x & stride) == 0;
-      const bool want_before = lower == up;
-      const bool mine_first = before(key, id, ok, oi);
-      if (want_before != mine_first) {
-        key = ok;
-        id = oi;
-      }
-    }
-    if (own) {
-      sk[x] = key;
-      si[x] = id;
-    }
-    __syncthreads();
+  for (int e = threadIdx.x; e < above; e += blockDim.x) {
+    const uint64_t mine = packed[e];
+    int rank = 0;
+#pragma unroll 8
+    for (int j = 0; j < above; ++j) rank += packed[j] > mine;
+    out[rank] = si[e];
   }
-  for (int j = threadIdx.x; j < kk; j += blockDim.x) out[j] = si[j];
+  for (int j = above + threadIdx.x; j < kk; j += blockDim.x) out[j] = si[j];
 }
 
 }  // namespace
