@@ -136,16 +136,14 @@ __global__ void route_place_kernel(const int* topk_ids, int S, int E, int cap, c
 
 using dev::warp_inclusive_sum;
 
-// Small batches (all slots in one routing chunk): histogram, expert starts and the stable placement in one
-// block instead of a memset and three launches (a decode step's routing is launch-bound).
-__global__ void route_small_kernel(const int* topk_ids, int S, int E, int cap, int rows, int* counts,
-                                   int* row_of_slot, int* slot_of_row) {
-  dev::pdl_begin();
+// All S slots of a small batch placed by one block (blockDim >= kMaxE): histogram, exclusive scan of the
+// expert starts, stable placement. counts (null: not written) gets min(total, cap) per expert (cap 0: no cap).
+__device__ void route_small_batch(const int* topk_ids, int S, int E, int cap, int* counts, int* row_of_slot,
+                                  int* slot_of_row) {
   __shared__ int seen[kMaxE];  // the histogram, then the running rank per expert during placement
   __shared__ int start[kMaxE];
   __shared__ int warp_base[32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  for (int r = tid; r < rows; r += blockDim.x) slot_of_row[r] = -1;
   for (int e = tid; e < kMaxE; e += blockDim.x) seen[e] = 0;
   __syncthreads();
   for (int s = tid; s < S; s += blockDim.x) atomicAdd(&seen[topk_ids[s]], 1);
@@ -164,12 +162,23 @@ __global__ void route_small_kernel(const int* topk_ids, int S, int E, int cap, i
   }
   __syncthreads();
   if (tid < E) {
-    counts[tid] = cap > 0 ? min(total, cap) : total;
+    if (counts) counts[tid] = cap > 0 ? min(total, cap) : total;
     start[tid] = cap > 0 ? tid * cap : warp_base[warp] + incl - total;
     seen[tid] = 0;
   }
   __syncthreads();
   if (warp == 0) place_slots(topk_ids, 0, S, cap, nullptr, start, seen, row_of_slot, slot_of_row);
+  __syncthreads();
+}
+
+// Small batches (all slots in one routing chunk): histogram, expert starts and the stable placement in one
+// block instead of a memset and three launches (a decode step's routing is launch-bound).
+__global__ void route_small_kernel(const int* topk_ids, int S, int E, int cap, int rows, int* counts,
+                                   int* row_of_slot, int* slot_of_row) {
+  dev::pdl_begin();
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) slot_of_row[r] = -1;
+  __syncthreads();
+  route_small_batch(topk_ids, S, E, cap, counts, row_of_slot, slot_of_row);
 }
 
 // Eight consecutive inputs as fp32: bf16 (one 16-byte load) or fp32 (two).
@@ -214,35 +223,9 @@ __global__ void route_gather_quant_kernel(const int* topk_ids, int S, int E, con
                                           int* counts, int* row_of_slot, int* slot_of_row, uint8_t* a, float* sa,
                                           int sa_ld) {
   dev::pdl_begin();
-  __shared__ int seen[kMaxE];
-  __shared__ int start[kMaxE];
-  __shared__ int warp_base[32];
   __shared__ int s_row_of_slot[kFusedRouteSlots], s_slot_of_row[kFusedRouteSlots];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  for (int e = tid; e < kMaxE; e += blockDim.x) seen[e] = 0;
-  __syncthreads();
-  for (int s = tid; s < S; s += blockDim.x) atomicAdd(&seen[topk_ids[s]], 1);
-  __syncthreads();
-  int total = 0, incl = 0;
-  if (tid < kMaxE) {
-    total = tid < E ? seen[tid] : 0;
-    incl = warp_inclusive_sum(total);
-    if (lane == 31) warp_base[warp] = incl;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    const int w = lane < kMaxE / 32 ? warp_base[lane] : 0;
-    warp_base[lane] = warp_inclusive_sum(w) - w;  // exclusive
-  }
-  __syncthreads();
-  if (tid < E) {
-    if (blockIdx.x == 0) counts[tid] = total;
-    start[tid] = warp_base[warp] + incl - total;
-    seen[tid] = 0;
-  }
-  __syncthreads();
-  if (warp == 0) place_slots(topk_ids, 0, S, 0, nullptr, start, seen, s_row_of_slot, s_slot_of_row);
-  __syncthreads();
+  const int tid = threadIdx.x;
+  route_small_batch(topk_ids, S, E, 0, blockIdx.x == 0 ? counts : nullptr, s_row_of_slot, s_slot_of_row);
   if (blockIdx.x == 0)
     for (int s = tid; s < S; s += blockDim.x) {
       row_of_slot[s] = s_row_of_slot[s];

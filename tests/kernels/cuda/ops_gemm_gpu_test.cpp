@@ -76,6 +76,45 @@ void reference(const float* x, int ldx, const float* w, int K, int m, int n, dou
 
 constexpr float kSkinnyTol = 64.0f / 16777216.0f;
 
+// One problem's weights on the device, and the gemv weight fields pointing at them.
+struct DeviceWeights {
+  cuda::DeviceArray<uint16_t> wb;
+  cuda::DeviceArray<uint8_t> wq;
+  cuda::DeviceArray<float> ws;
+  explicit DeviceWeights(const Weights& w) {
+    if (w.fp8) {
+      wq = dev(w.q);
+      ws = dev(w.row_scale);
+    } else {
+      wb = dev(w.bf16);
+    }
+  }
+  void set(cuda::GemvArgs& a, const Weights& w) const {
+    a.wtype = w.fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
+    a.w = w.fp8 ? static_cast<const void*>(wq.data()) : static_cast<const void*>(wb.data());
+    a.row_scale = w.fp8 ? ws.data() : nullptr;
+    a.N = w.N;
+    a.K = w.K;
+    a.scale_ld = w.sld();
+  }
+};
+
+// The skinny GEMM's expected rows (double reference of x [M][ldx] times the dequantized weights) and tolerances.
+void skinny_expected(const std::vector<float>& x, int ldx, const Weights& w, int M, std::vector<float>* want,
+                     std::vector<float>* tol) {
+  want->assign(size_t(M) * w.N, 0.0f);
+  tol->assign(want->size(), 0.0f);
+  parallel_for(w.N, 16, [&](int64_t b, int64_t e) {
+    for (int m = 0; m < M; ++m)
+      for (int64_t n = b; n < e; ++n) {
+        double r, as;
+        reference(x.data(), ldx, w.deq.data(), w.K, m, int(n), &r, &as);
+        (*want)[size_t(m) * w.N + n] = float(r);
+        (*tol)[size_t(m) * w.N + n] = float(kSkinnyTol * as + 1e-30);
+      }
+  });
+}
+
 TEST(CudaGemm, SkinnyGemmDenseBf16AndFp8) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
@@ -87,43 +126,22 @@ TEST(CudaGemm, SkinnyGemmDenseBf16AndFp8) {
                   Shape{64, 32, "tiny"}, Shape{100, 96, "odd"}}) {
     for (bool fp8 : {false, true}) {
       Weights w = make_weights(fp8, s.N, s.K, 1, g);
-      cuda::DeviceArray<uint16_t> wb;
-      cuda::DeviceArray<uint8_t> wq;
-      cuda::DeviceArray<float> ws;
-      if (fp8) {
-        wq = dev(w.q);
-        ws = dev(w.row_scale);
-      } else {
-        wb = dev(w.bf16);
-      }
+      const DeviceWeights dw(w);
       for (int M : {1, 3, 8, 13}) {
         if (size_t(M) * s.N * s.K > (size_t(1) << 29)) continue;  // keep the double reference quick
         auto x = normal(size_t(M) * s.K, g);
         auto dx = dev(x);
         auto y = poisoned<float>(size_t(M) * s.N);
         cuda::GemvArgs a;
-        a.wtype = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
-        a.w = fp8 ? static_cast<const void*>(wq.data()) : static_cast<const void*>(wb.data());
-        a.row_scale = fp8 ? ws.data() : nullptr;
-        a.N = s.N;
-        a.K = s.K;
-        a.scale_ld = w.sld();
+        dw.set(a, w);
         a.x = dx.data();
         a.ldx = s.K;
         a.y = y.data();
         a.ldy = s.N;
         a.M = M;
         MOESERVE_CUDA_CHECK(cuda::gemv(a, nullptr));
-        std::vector<float> want(size_t(M) * s.N), tol(want.size());
-        parallel_for(s.N, 16, [&](int64_t b, int64_t e) {
-          for (int m = 0; m < M; ++m)
-            for (int64_t n = b; n < e; ++n) {
-              double r, as;
-              reference(x.data(), s.K, w.deq.data(), s.K, m, int(n), &r, &as);
-              want[size_t(m) * s.N + n] = float(r);
-              tol[size_t(m) * s.N + n] = float(kSkinnyTol * as + 1e-30);
-            }
-        });
+        std::vector<float> want, tol;
+        skinny_expected(x, s.K, w, M, &want, &tol);
         expect_close(host(y), want, tol,
                      std::string("gemv ") + (fp8 ? "fp8 " : "bf16 ") + s.name + " M=" + std::to_string(M));
       }
@@ -143,15 +161,7 @@ TEST(CudaGemm, SkinnyGemmFusedFp8ActivationSimulation) {
                   Shape{4096, 8192, "flash wo_b"}, Shape{200, 384, "odd rows"}}) {
     for (bool fp8 : {false, true}) {
       Weights w = make_weights(fp8, s.N, s.K, 1, g);
-      cuda::DeviceArray<uint16_t> wb;
-      cuda::DeviceArray<uint8_t> wq;
-      cuda::DeviceArray<float> ws;
-      if (fp8) {
-        wq = dev(w.q);
-        ws = dev(w.row_scale);
-      } else {
-        wb = dev(w.bf16);
-      }
+      const DeviceWeights dw(w);
       for (int M : {1}) {
         const int ldx = s.K + 128;  // a strided input, as the attention's x rows
         auto x = normal(size_t(M) * ldx, g);
@@ -168,12 +178,7 @@ TEST(CudaGemm, SkinnyGemmFusedFp8ActivationSimulation) {
         auto y = poisoned<float>(size_t(M) * s.N);
         auto y_sep = poisoned<float>(size_t(M) * s.N);
         cuda::GemvArgs a;
-        a.wtype = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
-        a.w = fp8 ? static_cast<const void*>(wq.data()) : static_cast<const void*>(wb.data());
-        a.row_scale = fp8 ? ws.data() : nullptr;
-        a.N = s.N;
-        a.K = s.K;
-        a.scale_ld = w.sld();
+        dw.set(a, w);
         a.x = dx.data();
         a.ldx = ldx;
         a.y = y.data();
@@ -187,16 +192,8 @@ TEST(CudaGemm, SkinnyGemmFusedFp8ActivationSimulation) {
         sep.x = dxs.data();
         sep.y = y_sep.data();
         MOESERVE_CUDA_CHECK(cuda::gemv(sep, nullptr));
-        std::vector<float> want(size_t(M) * s.N), tol(want.size());
-        parallel_for(s.N, 16, [&](int64_t b, int64_t e) {
-          for (int m = 0; m < M; ++m)
-            for (int64_t n = b; n < e; ++n) {
-              double r, as;
-              reference(xs.data(), ldx, w.deq.data(), s.K, m, int(n), &r, &as);
-              want[size_t(m) * s.N + n] = float(r);
-              tol[size_t(m) * s.N + n] = float(kSkinnyTol * as + 1e-30);
-            }
-        });
+        std::vector<float> want, tol;
+        skinny_expected(xs, ldx, w, M, &want, &tol);
         const std::string what = std::string("gemv act_fp8 ") + (fp8 ? "fp8 " : "bf16 ") + s.name + " M=" + std::to_string(M);
         const std::vector<float> got = host(y), got_sep = host(y_sep);
         expect_close(got, want, tol, what);
