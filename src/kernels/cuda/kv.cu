@@ -254,8 +254,9 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
       f(i, i < n ? order_key(sc[i]) : 0u, i < n);
     }
   };
-  // Radix select of the kk-th largest key. Scores cluster (their top bits agree), so the histogram counts
-  // are aggregated per warp (lanes of one digit add once) instead of every lane hitting the same bin.
+  // Radix select of the kk-th largest key. Scores cluster (their top bits agree): a warp whose counted keys
+  // all share one digit adds once; otherwise each lane adds its own (a __match_any_sync per key instead cost
+  // 2x at 8192 keys).
   uint32_t prefix = 0, mask = 0;
   int remaining = kk;
   for (int shift = 24; shift >= 0; shift -= 8) {
@@ -263,9 +264,15 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
     __syncthreads();
     for_keys([&](int, uint32_t u, bool valid) {
       const bool in = valid && (u & mask) == prefix;
-      const int digit = in ? int((u >> shift) & 255) : -1 - lane;  // distinct dummies
-      const unsigned peers = __match_any_sync(0xffffffffu, digit);
-      if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+      const int digit = int((u >> shift) & 255);
+      const unsigned counted = __ballot_sync(0xffffffffu, in);
+      if (!counted) return;
+      const int first = __shfl_sync(0xffffffffu, digit, __ffs(counted) - 1);
+      if (__all_sync(0xffffffffu, !in || digit == first)) {
+        if (lane == 0) atomicAdd(&hist[first], __popc(counted));
+      } else if (in) {
+        atomicAdd(&hist[digit], 1);
+      }
     });
     __syncthreads();
     if (threadIdx.x < 32) {  // warp 0: lane l owns digits 255 - 8l ... 248 - 8l; a scan finds the digit
