@@ -198,6 +198,18 @@ __device__ __forceinline__ void load8(const float* p, bool active, float (&v)[8]
 }
 
 // ---- gather + quantize (one block per grouped row, 8 channels per thread) ----
+// Grouped row `row` <- token slot / topk of x, FP8 with per-128 scales. Every thread of whole warps takes part
+// (the scale's shuffles); threads past D load nothing and store nothing.
+template <class In>
+__device__ __forceinline__ void gather_quant_row(const In* x, int D, int slot, int row, int topk, uint8_t* a,
+                                                 float* sa, int sa_ld) {
+  const int c = threadIdx.x * 8;
+  const bool active = c < D;
+  float v[8];
+  load8(x + size_t(slot / topk) * D + c, active, v);
+  quant8_store(v, a + size_t(row) * D + c, sa + size_t(c / 128) * sa_ld + row, (threadIdx.x % 16) == 0, active);
+}
+
 template <class In>
 __global__ void gather_quant_kernel(const In* x, int D, const int* slot_of_row, int topk, uint8_t* a, float* sa,
                                     int sa_ld) {
@@ -205,11 +217,7 @@ __global__ void gather_quant_kernel(const In* x, int D, const int* slot_of_row, 
   const int row = blockIdx.x;
   const int slot = slot_of_row[row];
   if (slot < 0) return;
-  const int c = threadIdx.x * 8;
-  const bool active = c < D;  // the block is rounded up to whole warps for the shuffles
-  float v[8];
-  load8(x + size_t(slot / topk) * D + c, active, v);
-  quant8_store(v, a + size_t(row) * D + c, sa + size_t(c / 128) * sa_ld + row, (threadIdx.x % 16) == 0, active);
+  gather_quant_row(x, D, slot, row, topk, a, sa, sa_ld);
 }
 
 // ---- routing + gather + quantize in one launch (contiguous layout, a decode step's few slots) ----
@@ -231,12 +239,7 @@ __global__ void route_gather_quant_kernel(const int* topk_ids, int S, int E, con
       row_of_slot[s] = s_row_of_slot[s];
       slot_of_row[s] = s_slot_of_row[s];
     }
-  const int row = blockIdx.x, slot = s_slot_of_row[row];
-  const int c = tid * 8;
-  const bool active = c < D;
-  float v[8];
-  load8(x + size_t(slot / topk) * D + c, active, v);
-  quant8_store(v, a + size_t(row) * D + c, sa + size_t(c / 128) * sa_ld + row, (tid % 16) == 0, active);
+  gather_quant_row(x, D, s_slot_of_row[blockIdx.x], blockIdx.x, topk, a, sa, sa_ld);
 }
 
 // ---- SwiGLU(clamp) * routing weight -> FP8 (one block per grouped row, 8 channels per thread) ----

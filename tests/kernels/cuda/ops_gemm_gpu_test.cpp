@@ -76,7 +76,7 @@ void reference(const float* x, int ldx, const float* w, int K, int m, int n, dou
 
 constexpr float kSkinnyTol = 64.0f / 16777216.0f;
 
-// One problem's weights on the device, and the gemv weight fields pointing at them.
+// Weights on the device (one problem, or `count` stacked experts), and the gemv weight fields pointing at them.
 struct DeviceWeights {
   cuda::DeviceArray<uint16_t> wb;
   cuda::DeviceArray<uint8_t> wq;
@@ -96,6 +96,8 @@ struct DeviceWeights {
     a.N = w.N;
     a.K = w.K;
     a.scale_ld = w.sld();
+    a.w_stride = (long long)w.N * w.K;  // stacked problems (experts), back to back
+    a.scale_stride = (long long)w.N * w.sld();
   }
 };
 
@@ -279,15 +281,7 @@ TEST(CudaGemm, MoeGroupedExpertsAndCombine) {
   for (Case c : {Case{256, 6, 1, 2048, 128, true}, Case{256, 6, 8, 512, 512, false}, Case{8, 2, 5, 64, 64, false},
                  Case{384, 6, 3, 1024, 128, true}}) {
     Weights w = make_weights(c.fp8, c.N, c.D, c.E, g);
-    cuda::DeviceArray<uint16_t> wb;
-    cuda::DeviceArray<uint8_t> wq;
-    cuda::DeviceArray<float> ws;
-    if (c.fp8) {
-      wq = dev(w.q);
-      ws = dev(w.row_scale);
-    } else {
-      wb = dev(w.bf16);
-    }
+    const DeviceWeights dw(w);
     std::vector<int> chosen(size_t(c.T) * c.K);
     std::vector<float> weight(chosen.size());
     for (int t = 0; t < c.T; ++t)
@@ -316,14 +310,7 @@ TEST(CudaGemm, MoeGroupedExpertsAndCombine) {
                                         weight_of_row.data(), nullptr));
     auto y = poisoned<float>(size_t(TK) * c.N);
     cuda::GemvArgs a;
-    a.wtype = c.fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
-    a.w = c.fp8 ? static_cast<const void*>(wq.data()) : static_cast<const void*>(wb.data());
-    a.row_scale = c.fp8 ? ws.data() : nullptr;
-    a.N = c.N;
-    a.K = c.D;
-    a.scale_ld = w.sld();
-    a.w_stride = (long long)c.N * c.D;
-    a.scale_stride = (long long)c.N * w.sld();
+    dw.set(a, w);
     a.x = dx.data();
     a.ldx = c.D;
     a.y = y.data();
