@@ -14,7 +14,7 @@ cmake --build "$BUILD" -j"$(nproc)" --target "${targets[@]}"
 rm -rf .device-bin && mkdir -p .device-bin
 for t in "${targets[@]}"; do cp "$BUILD/$t" .device-bin/; done
 for lib in libspdlog.so.1.10 libfmt.so.9 libpcre2-8.so.0 libcpp-httplib.so.0.11 libbrotlidec.so.1 libbrotlienc.so.1 \
-           libbrotlicommon.so.1; do
+           libbrotlicommon.so.1 libdw.so.1 libelf.so.1; do  # libdw/libelf: nsys's QdstrmImporter (device-profile.sh)
   cp -L "/lib/x86_64-linux-gnu/$lib" .device-bin/
 done
 pwd > .device-bin/source_dir  # the binaries read fixtures and models/ under the path they were built in

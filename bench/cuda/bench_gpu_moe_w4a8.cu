@@ -6,11 +6,14 @@
 // graph (cuBLASLt 13.1 has no grouped block-scaled FP8 GEMM). The peer calls the CUDA backend's own wrapper,
 // cuda::Blas::gemm_fp8_block (fp32 out), from the host half of this bench, bench_gpu_moe_w4a8.cpp.
 //
-//   bench_gpu_moe_w4a8 [--quick] [--tune FILE] [--out DIR] [--profile] [--peer-only]
+//   bench_gpu_moe_w4a8 [--quick] [--tune FILE] [--out DIR] [--profile] [--peer-only] [--shape NAME]
+//                      [--decode LIST] [--prefill LIST]
 //     --tune FILE  sweep every tile config for every shape / token count / routing and write the dispatch table
 //                  (src/kernels/cuda/moe_w4a8_dispatch_table.inc format) to FILE
 //     --profile    one decode and one prefill launch of each kernel only (for ncu)
 //     --peer-only  time the cuBLASLt peer only (no W4A8 timing, no tuning, no glue kernels)
+//     --shape NAME one shape only (pro_w13, pro_w2, flash_w13, flash_w2)
+//     --decode / --prefill LIST  the token counts of that phase, e.g. 1,4 ("-": none)
 //
 // Decode (1..256 tokens, masked layout, cap = tokens): achieved weight-read bandwidth = bytes of the touched
 // experts' FP4 weights and E8M0 scales / time, against 4.28 TB/s. Prefill (4K..32K tokens, contiguous layout):
@@ -191,6 +194,33 @@ float time_calls(const std::function<void(int, cudaStream_t)>& call, int batch, 
   return bad ? -1 : median(t);
 }
 
+// "1,4,16" -> {1, 4, 16}; "-" -> {} (skip that phase). Exits on anything else.
+std::vector<int> parse_counts(const std::string& list) {
+  std::vector<int> out;
+  if (list == "-") return out;
+  size_t i = 0;
+  while (i <= list.size()) {
+    const size_t j = std::min(list.find(',', i), list.size());
+    const std::string item = list.substr(i, j - i);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > 1 << 20) {
+      std::fprintf(stderr, "bench_gpu_moe_w4a8: token counts must be a comma-separated list of 1..%d, got '%s'\n",
+                   1 << 20, list.c_str());
+      std::exit(2);
+    }
+    out.push_back(int(v));
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string fmt_us(double us) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", us);
+  return b;
+}
+
 int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -326,7 +356,7 @@ int bucket_of(int expected) {
 
 int main(int argc, char** argv) {
   bool quick = false, profile = false, peer_only = false;
-  std::string tune_file, out_dir;
+  std::string tune_file, out_dir, only_shape, decode_list, prefill_list;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
@@ -334,6 +364,14 @@ int main(int argc, char** argv) {
     else if (a == "--peer-only") peer_only = true;
     else if (a == "--tune" && i + 1 < argc) tune_file = argv[++i];
     else if (a == "--out" && i + 1 < argc) out_dir = argv[++i];
+    else if (a == "--shape" && i + 1 < argc) only_shape = argv[++i];
+    else if (a == "--decode" && i + 1 < argc) decode_list = argv[++i];
+    else if (a == "--prefill" && i + 1 < argc) prefill_list = argv[++i];
+    else {
+      std::fprintf(stderr, "bench_gpu_moe_w4a8: unknown argument '%s' (see the usage at the top of the source)\n",
+                   a.c_str());
+      return 2;
+    }
   }
   if (!cuda::available()) {
     std::printf("bench_gpu_moe_w4a8: skipped (%s)\n", cuda::device_info().reason.c_str());
@@ -363,13 +401,15 @@ int main(int argc, char** argv) {
     decode_T = {64};
     prefill_T = {16384};
   }
+  if (!decode_list.empty()) decode_T = parse_counts(decode_list);
+  if (!prefill_list.empty()) prefill_T = parse_counts(prefill_list);
   const int R = 8;  // decode routings rotated per timing batch
   std::vector<Result> results;
   // tuning: per (shape, bucket, config) summed relative time
   std::map<std::pair<std::string, int>, std::vector<double>> tune_acc;
 
   for (const Shape& sh : kShapes) {
-    if (profile && std::strcmp(sh.name, "pro_w13") != 0) continue;
+    if (!only_shape.empty() ? only_shape != sh.name : profile && std::strcmp(sh.name, "pro_w13") != 0) continue;
     const int E = sh.E, N = sh.N, K = sh.K;
     const size_t wbytes = pack::moe_w4a8_packed_expert_bytes(N, K) * E;
     uint8_t* w = dalloc<uint8_t>(wbytes);
@@ -475,7 +515,8 @@ int main(int argc, char** argv) {
               // Skip the hopeless corners to keep the sweep short: token tiles far smaller than the rows of an
               // expert (prefill) or far larger (small decode batches) are never the fastest.
               const int bt = cuda::moe_w4a8_config(c).block_tokens;
-              if (c != pick && ((!decode && bt < 32) || (decode && T <= 64 && bt > 32))) {
+              if (!cuda::moe_w4a8_config_fits(c, N, K) ||
+                  (c != pick && ((!decode && bt < 32) || (decode && T <= 64 && bt > 32)))) {
                 t[c] = 1e30;
                 continue;
               }
@@ -485,6 +526,11 @@ int main(int argc, char** argv) {
                 res.best_cfg = cuda::moe_w4a8_config(c).name;
               }
             }
+            std::string line;  // every timed config of this case, for reading the sweep
+            for (size_t c = 0; c < t.size(); ++c)
+              if (t[c] < 1e29) line += std::string(" ") + cuda::moe_w4a8_config(int(c)).name + "=" + fmt_us(t[c] * 1e3);
+            std::printf("  sweep %s %s %s T=%d:%s\n", sh.name, decode ? "decode" : "prefill", zipf ? "zipf" : "uniform",
+                        T, line.c_str());
             auto& acc = tune_acc[{sh.name, bucket_of(expected)}];
             acc.resize(t.size(), 0.0);
             const double best = *std::min_element(t.begin(), t.end());

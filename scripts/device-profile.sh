@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool), after scripts/device-prepare.sh here: profiles for performance work, beside
+# (not part of) device-check. Everything lands under $OUT.
+# Usage: bash scripts/device-profile.sh --prebuilt .device-bin.tar.xz WHAT...
+#   layer                 nsys node-level timeline of the batch-1 4-layer V4-Flash MXFP4 decode graph
+#                         -> layer_trace.csv (read it here with tools/nsys_timeline.py)
+#   w4a8:SHAPE:T          ncu (full sections, SASS source counters) of one W4A8 decode launch at T tokens
+#                         -> w4a8_SHAPE_T.txt (details) and w4a8_SHAPE_T_sass.csv (per-instruction stalls)
+#   ncu:BENCH_ARGS:REGEX  ncu of the first kernel matching REGEX in `bench_gpu_ops BENCH_ARGS` -> ncu_REGEX.txt
+# The Nsight Systems CLI bundled with Nsight Compute records a .qdstrm; its QdstrmImporter needs libdw/libelf,
+# which device-prepare.sh packs beside the binaries.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+if [ "${1:-}" != "--prebuilt" ]; then echo "usage: $0 --prebuilt DIR|FILE.tar.xz WHAT..." >&2; exit 2; fi
+PREBUILT=$2
+shift 2
+if [[ "$PREBUILT" == *.tar.xz ]]; then
+  rm -rf build-prebuilt && mkdir -p build-prebuilt && tar xJf "$PREBUILT" -C build-prebuilt
+  PREBUILT=build-prebuilt
+fi
+BIN=$PWD/$PREBUILT
+export LD_LIBRARY_PATH=$BIN:${LD_LIBRARY_PATH:-}
+src=$(cat "$BIN/source_dir" 2>/dev/null || true)
+if [ -n "$src" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+NSYS_HOME=$(ls -d /opt/nvidia/nsight-compute/*/host 2>/dev/null | tail -1)
+NSYS=$NSYS_HOME/target-linux-x64/nsys
+IMPORTER=$(ls "$NSYS_HOME"/linux-desktop-*/QdstrmImporter 2>/dev/null | head -1)
+
+for what in "$@"; do
+  case "$what" in
+    layer)
+      rm -f "$OUT"/layer.*
+      MOESERVE_PROFILE_LAYER_B=1 "$NSYS" profile --capture-range=cudaProfilerApi --cuda-graph-trace=node \
+        -o "$OUT/layer" -f true "$BIN/bench_gpu_ops" layer >"$OUT/layer_bench.log" 2>&1
+      if [ ! -e "$OUT/layer.nsys-rep" ] && [ -e "$OUT/layer.qdstrm" ]; then
+        "$IMPORTER" -i "$OUT/layer.qdstrm" >"$OUT/layer_import.log" 2>&1
+      fi
+      "$NSYS" stats -q -r cuda_gpu_trace -f csv -o "$OUT/layer_trace" "$OUT/layer.nsys-rep" >"$OUT/layer_stats.log" 2>&1
+      mv -f "$OUT/layer_trace_cuda_gpu_trace.csv" "$OUT/layer_trace.csv" 2>/dev/null
+      rm -f "$OUT"/layer.qdstrm "$OUT"/layer.nsys-rep "$OUT"/layer.sqlite
+      echo "layer: $(wc -l <"$OUT/layer_trace.csv" 2>/dev/null || echo no) trace rows; $(grep -E 'B=1 ' "$OUT/layer_bench.log" | head -2 | tr '\n' ' ')"
+      ;;
+    w4a8:*)
+      IFS=: read -r _ shape T <<<"$what"
+      base="$OUT/w4a8_${shape}_${T}"
+      "$NCU" --clock-control none --set full --import-source yes -k regex:moe_w4a8_gemm -c 1 -f -o "$base" \
+        "$BIN/bench_gpu_moe_w4a8" --profile --shape "$shape" --decode "$T" --prefill - >"$base.log" 2>&1
+      "$NCU" -i "$base.ncu-rep" --page details >"$base.txt" 2>&1
+      "$NCU" -i "$base.ncu-rep" --page source --csv --print-source sass >"$base"_sass.csv 2>&1
+      rm -f "$base.ncu-rep"
+      echo "$what: $(grep -E 'Duration|DRAM Throughput' "$base.txt" | head -2 | tr -s ' ' | tr '\n' ' ')"
+      ;;
+    ncu:*)
+      IFS=: read -r _ args regex <<<"$what"
+      base="$OUT/ncu_${regex//[^A-Za-z0-9_]/_}"
+      # shellcheck disable=SC2086
+      "$NCU" --clock-control none --set full -k "regex:$regex" -c 1 -f -o "$base" "$BIN/bench_gpu_ops" $args >"$base.log" 2>&1
+      "$NCU" -i "$base.ncu-rep" --page details >"$base.txt" 2>&1
+      rm -f "$base.ncu-rep"
+      echo "$what: $(grep -E 'Duration' "$base.txt" | head -1 | tr -s ' ')"
+      ;;
+    *) echo "unknown profile '$what'" >&2 ;;
+  esac
+done
