@@ -47,6 +47,9 @@ struct MoeW4A8Config {
 };
 int moe_w4a8_config_count();
 const MoeW4A8Config& moe_w4a8_config(int id);
+// Whether config `id` runs N x K experts (its stage divides K's 128-groups, its weight rows divide N);
+// the GEMM calls return cudaErrorInvalidValue otherwise.
+bool moe_w4a8_config_fits(int id, int N, int K);
 // Config from the checked-in dispatch table (kernels/cuda/moe_w4a8_dispatch.cpp) for a shape and the
 // expected rows per active expert; a heuristic when the table has no entry.
 int moe_w4a8_pick_config(int E, int N, int K, int expected_rows_per_expert);

@@ -49,7 +49,7 @@ int moe_w4a8_pick_config(int E, int N, int K, int expected_rows) {
     if (!e.gpu) break;
     if (gpu == e.gpu && e.E == E && e.N == N && e.K == K && expected_rows <= e.max_rows) {
       int id = config_by_name(e.config);
-      if (id >= 0) return id;
+      if (id >= 0 && moe_w4a8_config_fits(id, N, K)) return id;
     }
   }
   return heuristic(expected_rows);
