@@ -51,6 +51,17 @@ __global__ void rms_norm_kernel(const float* x, int dim, int ldx, const float* w
   for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w ? xr[i] * s * w[i] : xr[i] * s;
 }
 
+// One rotated pair: (a c - b s, b c + a s), each product and sum rounded on its own (as the reference, and the
+// same in every kernel here: contracting either into an FMA is a choice the compiler makes per call site).
+__device__ __forceinline__ void rotate_pair(float* r, float c, float s) {
+  const float a = r[0], b = r[1];
+  r[0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+  r[1] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+}
+
+// Values per lane of a row that rope_kernel's norm path holds in registers (rows up to 32 * kRopeHeld).
+constexpr int kRopeHeld = 16;
+
 // One warp per (token, head): optional unweighted RMSNorm of the head, then the rotation of its trailing dims.
 // POST (head_dim 128 only): 1 the Walsh-Hadamard rotation of the row after the rope, 2 also the FP4 simulation
 // per 32 (hadamard_fp4_sim's arithmetic in the same order: the indexer's queries in one launch).
@@ -58,15 +69,23 @@ template <int POST>
 __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
                             const float* inv_freq, float attn_scale, bool inverse, float norm_eps,
                             const float* norm_w) {
+  const int lane = threadIdx.x & 31;
+  // The norm weights of a held row before pdl_wait (weights: not written by the previous kernel), so that the
+  // norm does not wait on a second memory round trip.
+  float nw[kRopeHeld];
+  const bool nw_held = norm_eps > 0.0f && norm_w && head_dim <= 32 * kRopeHeld;
+  if (nw_held)
+#pragma unroll
+    for (int u = 0; u < kRopeHeld; ++u) nw[u] = lane + 32 * u < head_dim ? norm_w[lane + 32 * u] : 0.0f;
   dev::pdl_begin();
-  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= T * heads) return;
   const int t = row / heads, h = row % heads;
   float* v = x + size_t(t) * ld + size_t(h) * head_dim;
   if (norm_eps > 0.0f) {
     // Rows up to 32 * kHeld values are held in registers, all loaded before the sum (one memory latency);
     // the sum is in the same order either way.
-    constexpr int kHeld = 16;
+    constexpr int kHeld = kRopeHeld;
     double sum = 0;
     float held[kHeld];
     const bool in_regs = head_dim <= 32 * kHeld;
@@ -85,8 +104,11 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
 #pragma unroll
       for (int u = 0; u < kHeld; ++u) {
         const int i = lane + 32 * u;
-        if (i < head_dim) v[i] = norm_w ? held[u] * s * norm_w[i] : held[u] * s;
+        if (i < head_dim) held[u] = norm_w ? held[u] * s * nw[u] : held[u] * s;
       }
+#pragma unroll
+      for (int u = 0; u < kHeld; ++u)
+        if (lane + 32 * u < head_dim) v[lane + 32 * u] = held[u];
     } else {
       for (int i = lane; i < head_dim; i += 32) v[i] = norm_w ? v[i] * s * norm_w[i] : v[i] * s;
     }
@@ -100,9 +122,7 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
     const double ad = double(angle);
     float c = float(cos(ad)) * attn_scale, s = float(sin(ad)) * attn_scale;
     if (inverse) s = -s;
-    const float a = r[2 * i], bb = r[2 * i + 1];
-    r[2 * i] = a * c - bb * s;
-    r[2 * i + 1] = bb * c + a * s;
+    rotate_pair(r + 2 * i, c, s);
   }
   if constexpr (POST > 0) {
     __syncwarp();  // the rotated values, written by other lanes of this warp, are visible after it
@@ -139,6 +159,78 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
       }
       v[lane + 32 * u] = e[u];
     }
+  }
+}
+
+// rope() with the FP8 storage simulation (fp8_block > 0; the KV head): one block of 256 threads per row, so that
+// the norm's sum (warp 0, rope_kernel's order), the rotation's double-precision cos/sin (warp 1) and then the
+// simulation's blocks (one warp each) and the rotation run side by side. One warp doing all of it in turn was
+// ~10 us of a batch-1 layer's critical path. head_dim <= 512 (two values per thread), fp8_block % 32 == 0.
+__global__ void __launch_bounds__(256) rope_norm_fp8_kernel(float* x, int heads, int head_dim, int ld, int rope_dim,
+                                                            const int* pos, const float* inv_freq, float attn_scale,
+                                                            bool inverse, float norm_eps, const float* norm_w,
+                                                            int fp8_block) {
+  constexpr int kThreads = 256;
+  __shared__ float row[2 * kThreads];
+  __shared__ float cs[2][kThreads];  // cos, sin of each rotated pair (rope_dim <= head_dim <= 512)
+  __shared__ float scale;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float nw[2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int i = threadIdx.x + kThreads * u;
+    nw[u] = norm_w && i < head_dim ? norm_w[i] : 1.0f;
+  }
+  dev::pdl_begin();
+  const int t = blockIdx.x / heads, h = blockIdx.x % heads;
+  float* v = x + size_t(t) * ld + size_t(h) * head_dim;
+  float val[2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int i = threadIdx.x + kThreads * u;
+    val[u] = i < head_dim ? v[i] : 0.0f;
+  }
+  const int half = rope_dim / 2;
+  if (warp == 0) {  // the sum of squares in rope_kernel's order: lane-strided in double, then the warp's tree
+    double sum = 0;
+    for (int i = lane; i < head_dim; i += 32) sum += double(v[i]) * double(v[i]);
+    sum = warp_sum(sum);
+    if (lane == 0) scale = float(1.0 / sqrt(sum / double(head_dim) + double(norm_eps)));
+  } else if (warp == 1) {
+    const float p = float(pos[t]);
+    for (int i = lane; i < half; i += 32) {
+      const float angle = p * inv_freq[i];  // fp32 product, as the reference
+      const double ad = double(angle);
+      const float c = float(cos(ad)) * attn_scale, sn = float(sin(ad)) * attn_scale;
+      cs[0][i] = c;
+      cs[1][i] = inverse ? -sn : sn;
+    }
+  }
+  __syncthreads();
+  const float s = scale;
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int i = threadIdx.x + kThreads * u;
+    if (i < head_dim) row[i] = norm_w ? val[u] * s * nw[u] : val[u] * s;
+  }
+  __syncthreads();
+  // fp8_block_sim's arithmetic on each block of the first head_dim - rope_dim values (a trailing partial block
+  // its own), and the rotation of the rest: disjoint values.
+  const int width = head_dim - rope_dim;
+  for (int b0 = warp * fp8_block; b0 < width; b0 += 8 * fp8_block) {
+    const int n = min(width, b0 + fp8_block) - b0;
+    float amax = 0;
+    for (int i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(row[b0 + i]));
+    amax = warp_max(amax);
+    const float sc = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
+    for (int i = lane; i < n; i += 32) row[b0 + i] = fp8_round(row[b0 + i] / sc) * sc;
+  }
+  for (int i = threadIdx.x; i < half; i += kThreads) rotate_pair(row + width + 2 * i, cs[0][i], cs[1][i]);
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int i = threadIdx.x + kThreads * u;
+    if (i < head_dim) v[i] = row[i];
   }
 }
 
@@ -322,8 +414,16 @@ cudaError_t rms_norm(const float* x, int rows, int dim, int ldx, const float* w,
 
 cudaError_t rope(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
                  const float* inv_freq, float attn_scale, bool inverse, float norm_eps, cudaStream_t stream,
-                 const float* norm_w) {
+                 const float* norm_w, int fp8_block) {
   if (T == 0 || heads == 0) return cudaSuccess;
+  // The fused FP8 simulation: one block per row of at most 512 values, after the norm.
+  if (fp8_block < 0 || (fp8_block > 0 && (fp8_block % 32 != 0 || norm_eps <= 0.0f || head_dim > 512)))
+    return cudaErrorInvalidValue;
+  if (fp8_block > 0) {
+    dev::launch(rope_norm_fp8_kernel, dim3(T * heads), dim3(256), 0, stream, x, heads, head_dim, ld, rope_dim, pos,
+                inv_freq, attn_scale, inverse, norm_eps, norm_w, fp8_block);
+    return cudaGetLastError();
+  }
   dev::launch(rope_kernel<0>, dim3(blocks_for(size_t(T) * heads, 4)), dim3(128), 0, stream, x, T, heads, head_dim,
               ld, rope_dim, pos, inv_freq, attn_scale, inverse, norm_eps, norm_w);
   return cudaGetLastError();

@@ -69,6 +69,8 @@ __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(
 // w, w + 16, ...; lanes stride over the splits) and each collapse thread's columns of the hc streams. Then warp 0
 // evaluates post and the Sinkhorn iterations (latency-bound, one matrix element per lane) while warps 1..15
 // collapse the streams with the pre weights and RMS-normalise the row among themselves (named barrier).
+// part: Collapse skips post and the Sinkhorn (warp 0 leaves once the mixes are summed); Mix skips the h and norm_w
+// loads and the collapse (warps 1..15 only help sum the mixes). Each part sums only the mixes it reads.
 constexpr int kFinishThreads = 512;
 constexpr int kFinishCollapse = kFinishThreads - 32;  // warps 1..15
 constexpr int kFinishQuads = 4;                       // float4 columns per collapse thread per pass
@@ -78,7 +80,7 @@ template <int HC>
 __global__ void __launch_bounds__(kFinishThreads)
     hc_finish_kernel(const float* partial, int splits, const float* h, int T, int dim, int mix, const float* base,
                      const float* scale, int iters, float hc_eps, float norm_eps, const float* norm_w,
-                     float* collapsed, float* post, float* comb) {
+                     float* collapsed, float* post, float* comb, HcFinishPart part) {
   extern __shared__ float row[];  // [dim]: the collapsed row, for rows longer than one pass
   __shared__ float mixes[64];
   __shared__ float cs[32];
@@ -87,8 +89,9 @@ __global__ void __launch_bounds__(kFinishThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int tid = threadIdx.x - 32;  // collapse thread index (warps 1..15)
   const int pass = kFinishQuads * kFinishCollapse;
+  const bool do_collapse = part != HcFinishPart::Mix, do_mix = part != HcFinishPart::Collapse && mix > HC;
   float4 nw[kFinishQuads];
-  if (warp > 0 && norm_w) {
+  if (warp > 0 && do_collapse && norm_w) {
 #pragma unroll
     for (int q = 0; q < kFinishQuads; ++q) {
       const int c = tid + q * kFinishCollapse;
@@ -100,7 +103,7 @@ __global__ void __launch_bounds__(kFinishThreads)
   // Every load in flight first: the split sums of this warp's mixes, and this thread's first pass of columns.
   const float4* ht = reinterpret_cast<const float4*>(h + size_t(t) * HC * dim);
   float4 hv[kFinishQuads][HC];
-  if (warp > 0) {
+  if (warp > 0 && do_collapse) {
 #pragma unroll
     for (int q = 0; q < kFinishQuads; ++q) {
       const int c = tid + q * kFinishCollapse;
@@ -109,6 +112,9 @@ __global__ void __launch_bounds__(kFinishThreads)
     }
   }
   for (int m = warp; m <= mix; m += kFinishThreads / 32) {
+    // Mixes [0, HC): pre; [HC, mix): post and comb; mix: the sum of squares (the RMS factor both parts use).
+    const bool needed = m == mix || (m < HC ? do_collapse : do_mix);
+    if (!needed) continue;
     double s = 0;
     for (int k0 = 0; k0 < splits; k0 += 32 * kFinishSplitLoads) {
       float v[kFinishSplitLoads];
@@ -126,7 +132,7 @@ __global__ void __launch_bounds__(kFinishThreads)
   __syncthreads();
   const float r = float(1.0 / sqrt(double(mixes[mix]) / double(HC * dim) + double(norm_eps)));
   if (warp == 0) {
-    if (mix > HC) {
+    if (do_mix) {
       if (lane < HC) post[size_t(t) * HC + lane] = 2.0f * sigmoidf(mixes[HC + lane] * r * scale[1] + base[HC + lane]);
       const bool act = lane < HC * HC;
       const int rr = act ? lane / HC : 0, kk = act ? lane % HC : 0;
@@ -167,6 +173,7 @@ __global__ void __launch_bounds__(kFinishThreads)
     }
     return;
   }
+  if (!do_collapse) return;
   // Warps 1..15: the pre weights (each thread evaluates the sigmoids itself: no barrier), the collapsed row and its
   // RMS norm. The first pass's columns stay in registers; longer rows go through shared memory.
   float pre[HC];
@@ -311,14 +318,19 @@ cudaError_t hc_mix_partial(const float* h, int T, int width, const float* fn, in
 
 cudaError_t hc_pre_finish(const float* partial, int splits, const float* h, int T, int hc, int dim, int mix,
                           const float* base, const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps,
-                          const float* norm_w, float* collapsed, float* post, float* comb, cudaStream_t stream) {
+                          const float* norm_w, float* collapsed, float* post, float* comb, cudaStream_t stream,
+                          HcFinishPart part) {
   if (T == 0) return cudaSuccess;
-  if (mix > 63 || dim % 4 != 0 || (mix > hc && (post == nullptr || comb == nullptr))) return cudaErrorInvalidValue;
+  const bool head = mix <= hc;  // hc_head: no post/comb to compute
+  if (mix > 63 || dim % 4 != 0 || (part == HcFinishPart::Mix && head) ||
+      (part != HcFinishPart::Collapse && !head && (post == nullptr || comb == nullptr)))
+    return cudaErrorInvalidValue;
   // Shared row only for rows longer than one pass of the collapse threads.
-  const size_t smem = dim > 4 * kFinishQuads * kFinishCollapse ? size_t(dim) * sizeof(float) : 0;
+  const size_t smem =
+      part != HcFinishPart::Mix && dim > 4 * kFinishQuads * kFinishCollapse ? size_t(dim) * sizeof(float) : 0;
   auto run = [&](auto kernel) {
     return launch(kernel, dim3(T), dim3(kFinishThreads), smem, stream, partial, splits, h, T, dim, mix, base, scale,
-                  sinkhorn_iters, hc_eps, norm_eps, norm_w, collapsed, post, comb);
+                  sinkhorn_iters, hc_eps, norm_eps, norm_w, collapsed, post, comb, part);
   };
   switch (hc) {
     case 1: return run(hc_finish_kernel<1>);

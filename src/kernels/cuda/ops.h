@@ -62,10 +62,13 @@ cudaError_t rms_norm(const float* x, int rows, int dim, int ldx, const float* w,
 // For each token t, each of `heads` rows of head_dim at x + t * ld + h * head_dim: optionally the per-head
 // RMSNorm first (norm_eps > 0; weighted by norm_w [head_dim] when given, as rms_norm), then the interleaved
 // rotation of the trailing rope_dim values at position pos[t] (kernels/cpu/rope.h RopeTable::apply; inverse =
-// conjugate). inv_freq: [rope_dim / 2].
+// conjugate). inv_freq: [rope_dim / 2]. fp8_block > 0: also fp8_block_sim's arithmetic (blocks of fp8_block, a
+// trailing partial block its own) on the first head_dim - rope_dim values of each row, after the norm: bit for bit
+// rope then fp8_block_sim of those values (the KV head's FP8 storage simulation in one launch). It needs the norm
+// (norm_eps > 0), head_dim <= 512 and fp8_block a multiple of 32 (else cudaErrorInvalidValue).
 cudaError_t rope(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
                  const float* inv_freq, float attn_scale, bool inverse, float norm_eps, cudaStream_t stream,
-                 const float* norm_w = nullptr);
+                 const float* norm_w = nullptr, int fp8_block = 0);
 // The indexer's queries in one launch: rope (no norm, not inverse), then hadamard_fp4_sim(fp4) of each row, with
 // the same arithmetic as the two ops in turn. head_dim must be 128 (cudaErrorInvalidValue otherwise).
 cudaError_t rope_hadamard(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
@@ -119,9 +122,14 @@ cudaError_t hc_mix_partial(const float* h, int T, int width, const float* fn, in
 // h_j, then collapsed is RMS-normed with norm_w when norm_w != null (the block's attn_norm/ffn_norm). head mode
 // (mix == hc): hc_head: pre only, no post/comb. post [T, hc], comb [T, hc, hc] (ignored in head mode).
 // hc in {1, 2, 4, 8}, dim a multiple of 4, mix <= 63 (else cudaErrorInvalidValue).
+// part splits the launch in two, each bit for bit its share of All: Collapse writes only collapsed (post, comb
+// untouched, may be null; no Sinkhorn), Mix only post and comb (collapsed untouched; h, norm_w, collapsed may be
+// null), so the Sinkhorn can run off the critical path. Mix in head mode is cudaErrorInvalidValue.
+enum class HcFinishPart { All, Collapse, Mix };
 cudaError_t hc_pre_finish(const float* partial, int splits, const float* h, int T, int hc, int dim, int mix,
                           const float* base, const float* scale, int sinkhorn_iters, float hc_eps, float norm_eps,
-                          const float* norm_w, float* collapsed, float* post, float* comb, cudaStream_t stream);
+                          const float* norm_w, float* collapsed, float* post, float* comb, cudaStream_t stream,
+                          HcFinishPart part = HcFinishPart::All);
 // In place: h[t, k] = post[t, k] * y[t] + sum_j comb[t, j, k] * h[t, j].
 cudaError_t hc_post(float* h, int T, int hc, int dim, const float* y, const float* post, const float* comb,
                     cudaStream_t stream);

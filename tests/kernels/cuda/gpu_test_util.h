@@ -1,11 +1,13 @@
 #pragma once
 // Shared pieces of the CUDA op differential tests: a fresh seed per test (printed; MOESERVE_TEST_SEED repeats
 // it), device arrays from host vectors, outputs poisoned with NaN before a run, and an every-element comparison
-// against the CPU reference with a per-element tolerance (a NaN anywhere fails).
+// against the CPU reference with a per-element tolerance (a NaN anywhere fails) or bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -103,6 +105,20 @@ inline void expect_close_rel(const std::vector<float>& got, const std::vector<fl
 }
 inline void expect_equal(const std::vector<float>& got, const std::vector<float>& ref, const std::string& what) {
   expect_close(got, ref, std::vector<float>(ref.size(), 0.0f), what);
+}
+// Every element finite and the same bit pattern as ref (a fused launch against the ops it fuses: -0 != +0).
+inline void expect_same_bits(const std::vector<float>& got, const std::vector<float>& ref, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  size_t bad = 0;
+  std::string first;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isfinite(got[i]) && std::bit_cast<uint32_t>(got[i]) == std::bit_cast<uint32_t>(ref[i])) continue;
+    if (bad < 5)
+      first += " [" + std::to_string(i) + "] got " + std::to_string(got[i]) + " want " + std::to_string(ref[i]) + ";";
+    ++bad;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements differ in bits:" << first;
+  std::printf("  %s: %zu elements, %zu differ in bits\n", what.c_str(), got.size(), bad);
 }
 inline float max_abs(const std::vector<float>& v) {
   float m = 0;

@@ -96,6 +96,80 @@ TEST(CudaOps, RopeYarnWithHeadNormAndInverse) {
   }
 }
 
+// The KV head's norm + rope with its FP8 storage simulation fused (fp8_block): bit for bit the same as rope then
+// fp8_block_sim of the non-rope dims, every element. 128-wide blocks leave a trailing partial block (448 = 3.5
+// blocks); 336 non-rope dims (384 - 48) end mid-way through one pass of the warp's 32 lanes.
+TEST(CudaOps, RopeWithFusedKvFp8SimMatchesRopeThenSim) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  struct Case { int hd, rd, block; };
+  for (Case c : {Case{512, 64, 64}, Case{512, 64, 128}, Case{512, 64, 32}, Case{384, 48, 64}}) {
+    ref::RopeTable table(yarn_spec(), c.rd);
+    auto inv = dev(table.inv_freq());
+    const int width = c.hd - c.rd;
+    for (int T : {1, 3, 17}) {
+      std::vector<int> pos(static_cast<size_t>(T));
+      for (auto& p : pos) p = int(g() % 1000000);
+      auto dpos = dev(pos);
+      auto nw = uniform(size_t(c.hd), g, 0.5f, 1.5f);
+      auto dnw = dev(nw);
+      // Each simulated block of a row scaled by a different one of these (from a random start), 8x apart so the
+      // blocks' amaxes land on different FP8 scales; 1e-7 puts a block under the amax floor after the norm.
+      const float factors[] = {4.0f, 1.0f, 0x1p-3f, 0x1p-6f, 0x1p-9f, 0x1p-12f, 1e-7f};
+      auto x = normal(size_t(T) * c.hd, g);
+      for (int t = 0; t < T; ++t) {
+        const int start = int(g() % 7);
+        for (int i = 0; i < width; ++i) x[size_t(t) * c.hd + i] *= factors[(i / c.block + start) % 7];
+      }
+      for (bool weighted : {true, false}) {
+        const std::string tag = " hd=" + std::to_string(c.hd) + " block=" + std::to_string(c.block) +
+                                " T=" + std::to_string(T) + (weighted ? " weighted" : "");
+        const float* w = weighted ? dnw.data() : nullptr;
+        auto fused = dev(x), apart = dev(x), rope_only = dev(x);
+        MOESERVE_CUDA_CHECK(cuda::rope(fused.data(), T, 1, c.hd, c.hd, c.rd, dpos.data(), inv.data(), 0.85f, false,
+                                       1e-6f, nullptr, w, c.block));
+        MOESERVE_CUDA_CHECK(cuda::rope(apart.data(), T, 1, c.hd, c.hd, c.rd, dpos.data(), inv.data(), 0.85f, false,
+                                       1e-6f, nullptr, w));
+        MOESERVE_CUDA_CHECK(cuda::rope(rope_only.data(), T, 1, c.hd, c.hd, c.rd, dpos.data(), inv.data(), 0.85f,
+                                       false, 1e-6f, nullptr, w));
+        MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(apart.data(), T, c.hd, width, c.block, nullptr));
+        const auto want = host(apart);
+        expect_same_bits(host(fused), want, "rope+fp8_block_sim fused" + tag);
+        // The inputs do what the comparison needs: the simulation changed values, with several scales per row.
+        const auto plain = host(rope_only);
+        size_t changed = 0;
+        for (size_t i = 0; i < want.size(); ++i) changed += want[i] != plain[i];
+        EXPECT_GT(changed, want.size() / 4) << tag;
+        for (int t = 0; t < T; ++t) {
+          std::vector<int> exps;
+          for (int b0 = 0; b0 < width; b0 += c.block) {
+            float amax = 0;
+            for (int i = b0; i < std::min(b0 + c.block, width); ++i)
+              amax = std::max(amax, std::fabs(plain[size_t(t) * c.hd + i]));
+            exps.push_back(std::ilogb(std::max(amax, 1e-4f)));
+          }
+          std::sort(exps.begin(), exps.end());
+          EXPECT_GE(std::unique(exps.begin(), exps.end()) - exps.begin(), 3) << "FP8 scales in row " << t << tag;
+        }
+      }
+    }
+  }
+  // Only the register-held norm path fuses the simulation: other requests are refused, before any launch.
+  std::vector<int> pos = {0};
+  auto dpos = dev(pos);
+  ref::RopeTable table(yarn_spec(), 64);
+  auto inv = dev(table.inv_freq());
+  auto x = dev(normal(1024, g));
+  auto rope_fp8 = [&](int hd, float eps, int block) {
+    return cuda::rope(x.data(), 1, 1, hd, hd, 64, dpos.data(), inv.data(), 1.0f, false, eps, nullptr, nullptr, block);
+  };
+  EXPECT_EQ(rope_fp8(512, 1e-6f, 48), cudaErrorInvalidValue) << "block not a multiple of 32";
+  EXPECT_EQ(rope_fp8(512, 1e-6f, -64), cudaErrorInvalidValue) << "negative block";
+  EXPECT_EQ(rope_fp8(1024, 1e-6f, 64), cudaErrorInvalidValue) << "row longer than the registers hold";
+  EXPECT_EQ(rope_fp8(512, 0.0f, 64), cudaErrorInvalidValue) << "no norm";
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 // FP8 weights with per-row block scales to BF16 (the fast path's copy of an FP8 wo_a for its BF16 GEMM): every
 // element equal to the host's bf16 rounding of e4m3 * scale; exact (no rounding) for the power-of-two scales.
 TEST(CudaOps, Fp8WeightsToBf16) {

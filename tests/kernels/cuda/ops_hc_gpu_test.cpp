@@ -86,6 +86,84 @@ TEST(CudaOps, HyperConnectionPreHeadPost) {
   }
 }
 
+// hc_pre_finish split into Collapse (critical path) and Mix (post + Sinkhorn comb, a side stream): each part is
+// bit for bit its share of the All launch and leaves the other part's outputs untouched (a finite pattern,
+// checked to survive). Mix is given no h, norm_w or collapsed row to read; Collapse no post or comb to write.
+TEST(CudaOps, HyperConnectionPreFinishSplitIntoCollapseAndMix) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  const float pattern = std::bit_cast<float>(0x5a5a5a5au);
+  auto patterned = [](size_t n) {
+    cuda::DeviceArray<float> a(n, "untouched output");
+    a.fill_bytes(0x5a);
+    return a;
+  };
+  const auto all = cuda::HcFinishPart::All, collapse = cuda::HcFinishPart::Collapse, mixp = cuda::HcFinishPart::Mix;
+  for (int D : {4096, 7168}) {
+    for (int T : {1, 5}) {
+      const int hc = 4, mix = 24, width = hc * D;
+      auto dh = dev(normal(size_t(T) * width, g));
+      auto dfn = dev(uniform(size_t(mix) * width, g, -0.02f, 0.02f));
+      auto db = dev(uniform(size_t(mix), g));
+      auto ds = dev(uniform(3, g, 0.5f, 1.5f));
+      auto dnw = dev(uniform(size_t(D), g, 0.5f, 1.5f));
+      const int splits = cuda::hc_mix_splits(width);
+      cuda::DeviceArray<float> partial(size_t(splits) * T * (mix + 1), "partial");
+      MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(dh.data(), T, width, dfn.data(), mix, splits, partial.data(), nullptr));
+      auto finish = [&](const float* h, const float* nw, float* col, float* post, float* comb, cuda::HcFinishPart part) {
+        return cuda::hc_pre_finish(partial.data(), splits, h, T, hc, D, mix, db.data(), ds.data(), 20, 1e-6f, 1e-6f,
+                                   nw, col, post, comb, nullptr, part);
+      };
+      for (bool norm : {false, true}) {
+        const std::string tag = " D=" + std::to_string(D) + " T=" + std::to_string(T) + (norm ? " norm" : "");
+        const float* nw = norm ? dnw.data() : nullptr;
+        auto col = poisoned<float>(size_t(T) * D);
+        auto post = poisoned<float>(size_t(T) * hc);
+        auto comb = poisoned<float>(size_t(T) * hc * hc);
+        MOESERVE_CUDA_CHECK(finish(dh.data(), nw, col.data(), post.data(), comb.data(), all));
+        auto col_c = poisoned<float>(col.size());
+        auto post_c = patterned(post.size()), comb_c = patterned(comb.size());
+        auto col_m = patterned(col.size());
+        auto post_m = poisoned<float>(post.size()), comb_m = poisoned<float>(comb.size());
+        MOESERVE_CUDA_CHECK(finish(dh.data(), nw, col_c.data(), post_c.data(), comb_c.data(), collapse));
+        MOESERVE_CUDA_CHECK(finish(nullptr, nullptr, col_m.data(), post_m.data(), comb_m.data(), mixp));
+        expect_same_bits(host(col_c), host(col), "Collapse collapsed" + tag);
+        expect_same_bits(host(post_m), host(post), "Mix post" + tag);
+        expect_same_bits(host(comb_m), host(comb), "Mix comb" + tag);
+        expect_same_bits(host(post_c), std::vector<float>(post.size(), pattern), "Collapse left post" + tag);
+        expect_same_bits(host(comb_c), std::vector<float>(comb.size(), pattern), "Collapse left comb" + tag);
+        expect_same_bits(host(col_m), std::vector<float>(col.size(), pattern), "Mix left collapsed" + tag);
+        // Collapse needs no post/comb at all (the critical path's launch), and Mix no collapsed row.
+        auto col_n = poisoned<float>(col.size());
+        MOESERVE_CUDA_CHECK(finish(dh.data(), nw, col_n.data(), nullptr, nullptr, collapse));
+        expect_same_bits(host(col_n), host(col), "Collapse without post/comb" + tag);
+        auto post_n = poisoned<float>(post.size()), comb_n = poisoned<float>(comb.size());
+        MOESERVE_CUDA_CHECK(finish(nullptr, nullptr, nullptr, post_n.data(), comb_n.data(), mixp));
+        expect_same_bits(host(post_n), host(post), "Mix without collapsed post" + tag);
+        expect_same_bits(host(comb_n), host(comb), "Mix without collapsed comb" + tag);
+      }
+      EXPECT_EQ(finish(nullptr, nullptr, nullptr, nullptr, nullptr, mixp), cudaErrorInvalidValue) << "Mix without post";
+      // Head mode (mix == hc): Collapse is All; Mix has nothing to compute and is refused.
+      auto dhfn = dev(uniform(size_t(hc) * width, g, -0.02f, 0.02f));
+      auto dhb = dev(uniform(size_t(hc), g));
+      auto dhs = dev(std::vector<float>{1.3f});
+      cuda::DeviceArray<float> partial4(size_t(splits) * T * (hc + 1), "partial");
+      MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(dh.data(), T, width, dhfn.data(), hc, splits, partial4.data(), nullptr));
+      auto head = [&](float* out, float* post, float* comb, cuda::HcFinishPart part) {
+        return cuda::hc_pre_finish(partial4.data(), splits, dh.data(), T, hc, D, hc, dhb.data(), dhs.data(), 0, 1e-6f,
+                                   1e-6f, dnw.data(), out, post, comb, nullptr, part);
+      };
+      auto out_all = poisoned<float>(size_t(T) * D), out_c = poisoned<float>(size_t(T) * D);
+      MOESERVE_CUDA_CHECK(head(out_all.data(), nullptr, nullptr, all));
+      MOESERVE_CUDA_CHECK(head(out_c.data(), nullptr, nullptr, collapse));
+      expect_same_bits(host(out_c), host(out_all), "head Collapse" + std::string(" D=") + std::to_string(D));
+      auto post4 = patterned(size_t(T) * hc), comb4 = patterned(size_t(T) * hc * hc);
+      EXPECT_EQ(head(out_c.data(), post4.data(), comb4.data(), mixp), cudaErrorInvalidValue) << "head Mix";
+      EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    }
+  }
+}
+
 // hc_post fused with the next mix (decode path): the updated streams match hc_post, and the partials it leaves
 // give hc_pre_finish the same pre/post/comb and collapsed row as the reference's hc_post then hc_pre (a block's
 // mix of 24) or hc_head (the head's mix of 4).
