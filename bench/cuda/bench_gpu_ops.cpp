@@ -18,6 +18,7 @@
 
 #include "io/model_config.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/gemv_stream.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
 #include "engine/gpu_generate.h"
@@ -128,6 +129,14 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
         MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
       });
       report(fp8 ? "gemv fp8 (exact fp32 act)" : "gemv bf16 (exact fp32 act)", shape, us, bytes, flops, kFp32, true);
+      if (cuda::gemv_stream_fits(a)) {  // the streaming kernel called directly (gemv() routes wide weights to it)
+        const double us_stream = time_us([&](int i) {
+          a.w = w.get(i);
+          MOESERVE_CUDA_CHECK(cuda::gemv_stream(a, st));
+        });
+        report(fp8 ? "gemv_stream fp8 (direct)" : "gemv_stream bf16 (direct)", shape, us_stream, bytes, flops, kFp32,
+               false);
+      }
     }
     if (M >= 32) {  // cuBLASLt with the activation conversion it needs
       cuda::DeviceBuffer xa(size_t(M) * K * 2, "xa"), xs(size_t(M) * (K / 128 + 1) * 4, "xs");
@@ -369,7 +378,7 @@ double layer_roofline_bytes(const io::ModelConfig& c, int B, int ctx, bool c4, b
   const double D = double(c.hidden_size), H = double(c.num_heads), hd = double(c.head_dim), ql = double(c.q_lora_rank);
   const double G = double(c.o_groups), ol = double(c.o_lora_rank), E = double(c.n_routed_experts), I = double(c.moe_intermediate_size);
   double w = ql * D + H * hd * ql + hd * D + G * ol * D;  // fp8: wq_a, wq_b, wkv, wo_b
-  w += G * ol * (H * hd / G) * 2;                          // wo_a bf16
+  w += G * ol * (H * hd / G);                              // wo_a fp8 (as quantized checkpoints store it)
   w += 3 * I * D;                                          // shared expert fp8
   w += E * D * 2;                                          // router bf16
   const double active = E * (1.0 - std::pow(1.0 - 6.0 / E, B));

@@ -3,7 +3,11 @@
 // 16-byte loads. A block of 256 threads owns RG x R weight rows; the KT threads of a row group split K
 // (KT = 32..256, chosen so that short rows still keep every thread busy) and reduce through shuffles and
 // shared memory. Grouped mode (MoE): blockIdx.y is an active expert group with its own rows.
+#include <cstdlib>
+#include <string>
+
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv_stream.h"
 #include "kernels/cuda/ops.h"
 
 namespace moeserve::cuda {
@@ -245,6 +249,13 @@ bool gemv_fuses_act_fp8(const GemvArgs& a) {
 cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   if (a.N == 0 || a.problems == 0 || (!a.group_count && a.M == 0)) return cudaSuccess;
   if (a.act_fp8 && !gemv_fuses_act_fp8(a)) return cudaErrorInvalidValue;
+  // One row over FP8 weights: the streaming kernel (MOESERVE_GEMV_STREAM=0 keeps this
+  // one-pass kernel, for A/B runs).
+  static const bool stream_on = [] {
+    const char* e = std::getenv("MOESERVE_GEMV_STREAM");
+    return !(e && std::string(e) == "0");
+  }();
+  if (stream_on && gemv_stream_preferred(a)) return gemv_stream(a, stream);
   const bool fp8 = a.wtype == WeightType::FP8;
   const int vec = fp8 ? 16 : 8;
   const bool vector = vectorized(a);

@@ -175,6 +175,9 @@ struct GemvArgs {
   // The checkpoint numerics' FP8 activation simulation (fp8_block_sim with 128-wide blocks along K) applied to
   // x as it is loaded, instead of a packed copy and a launch of its own. Needs gemv_fuses_act_fp8(args).
   bool act_fp8 = false;
+  // The streaming one-row kernel (gemv_stream.h) fills every SM with two persistent blocks; on a concurrent
+  // branch it leaves this many SMs with one, so that the main stream's small kernels can start beside it.
+  int leave_sms = 0;
 };
 cudaError_t gemv(const GemvArgs& args, cudaStream_t stream);
 // Whether gemv can apply act_fp8 on the load: one row per pass (M == 1, or grouped with max_group_rows == 1:

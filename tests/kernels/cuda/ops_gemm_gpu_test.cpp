@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "core/threads.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cuda/gemv_stream.h"
 #include "kernels/cuda/gpu_test_util.h"
 #include "kernels/cuda/ops.h"
 
@@ -228,6 +229,76 @@ TEST(CudaGemm, SkinnyGemmFusedFp8ActivationSimulation) {
   bad.y = dummy_y.data();
   EXPECT_FALSE(cuda::gemv_fuses_act_fp8(bad));
   EXPECT_EQ(cuda::gemv(bad, nullptr), cudaErrorInvalidValue);
+}
+
+// The streaming one-row kernel called directly (gemv() routes only wide weights to it): stacked problems with
+// their own x and y, rows not a multiple of its 4-row units, K not a multiple of its 2 x 512-byte steps,
+// accumulate, and the FP8 activation simulation in its staging (bit for bit the kernel fed pre-simulated x).
+TEST(CudaGemm, StreamingGemvOneRow) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  struct Shape { int N, K, problems; const char* name; };
+  for (Shape s : {Shape{1026, 1536, 3, "pro wq_b-like K"}, Shape{37, 4096, 1, "few rows"},
+                  Shape{4096, 2048, 1, "flash w2"}, Shape{130, 16384, 2, "longest K"}}) {
+    for (bool fp8 : {false, true}) {
+      for (bool act8 : {false, true}) {
+        Weights w = make_weights(fp8, s.N, s.K, s.problems, g);
+        const DeviceWeights dw(w);
+        const int xstride = s.K + 64;
+        auto x = normal(size_t(s.problems) * xstride, g);
+        std::vector<float> xs = x;  // what the kernel multiplies
+        if (act8) ref::fp8_block_sim(xs.data(), s.problems, xstride, s.K, 128);
+        auto y0 = normal(size_t(s.problems) * s.N, g);  // accumulated onto
+        auto dx = dev(x), dxs = dev(xs);
+        auto y = dev(y0), y_sep = dev(y0);
+        cuda::GemvArgs a;
+        dw.set(a, w);
+        a.x = dx.data();
+        a.x_stride = xstride;
+        a.ldx = xstride;
+        a.y = y.data();
+        a.ldy = s.N;
+        a.y_stride = s.N;
+        a.M = 1;
+        a.problems = s.problems;
+        a.accumulate = true;
+        a.act_fp8 = act8;
+        ASSERT_TRUE(cuda::gemv_stream_fits(a)) << s.name;
+        MOESERVE_CUDA_CHECK(cuda::gemv_stream(a, nullptr));
+        const std::string what = std::string("gemv_stream ") + (fp8 ? "fp8 " : "bf16 ") + (act8 ? "act8 " : "") + s.name;
+        const std::vector<float> got = host(y);
+        for (int p = 0; p < s.problems; ++p) {
+          Weights wp = w;  // problem p's rows
+          wp.deq.assign(w.deq.begin() + size_t(p) * s.N * s.K, w.deq.begin() + size_t(p + 1) * s.N * s.K);
+          std::vector<float> xp(xs.begin() + size_t(p) * xstride, xs.begin() + size_t(p + 1) * xstride);
+          std::vector<float> want, tol;
+          skinny_expected(xp, xstride, wp, 1, &want, &tol);
+          for (int n = 0; n < s.N; ++n) want[n] += y0[size_t(p) * s.N + n];  // y0's add: one more rounding
+          for (int n = 0; n < s.N; ++n) tol[n] += std::fabs(want[n]) * 2.0f / 16777216.0f;
+          expect_close(std::vector<float>(got.begin() + size_t(p) * s.N, got.begin() + size_t(p + 1) * s.N), want,
+                       tol, what + " problem " + std::to_string(p));
+        }
+        if (act8) {
+          cuda::GemvArgs sep = a;
+          sep.act_fp8 = false;
+          sep.x = dxs.data();
+          sep.y = y_sep.data();
+          MOESERVE_CUDA_CHECK(cuda::gemv_stream(sep, nullptr));
+          const std::vector<float> got_sep = host(y_sep);
+          size_t differ = 0;
+          for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &got_sep[i], sizeof(float)) != 0;
+          EXPECT_EQ(differ, 0u) << what << ": staged and separate simulation differ";
+        }
+      }
+    }
+  }
+  cuda::GemvArgs two_rows;  // not its case: refused
+  two_rows.wtype = cuda::WeightType::BF16;
+  two_rows.N = 8;
+  two_rows.K = 128;
+  two_rows.M = 2;
+  EXPECT_FALSE(cuda::gemv_stream_fits(two_rows));
+  EXPECT_EQ(cuda::gemv_stream(two_rows, nullptr), cudaErrorInvalidValue);
 }
 
 // The grouped low-rank output projection: G problems with strided inputs and outputs (V4-Flash and V4-Pro).

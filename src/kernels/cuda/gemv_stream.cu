@@ -1,0 +1,248 @@
+// Streaming skinny GEMM for one activation row (a decode step at batch 1): y[n] (+)= sum_k x[k] W[n, k], W BF16 or
+// FP8 e4m3 with per-row 128-block scales (ops.h GemvArgs), fp32 accumulation. gemv.cu's one-pass kernel gives
+// each block one round of loads; while the block waits for them, reduces and exits, and the next block starts,
+// its slot has nothing in flight (FP8 rows of 33 MB reached 63 % of the HBM bandwidth). Here warps are persistent:
+// teams of WQ warps walk the rows four at a time (a quad), each warp of a team taking every WQ-th k step of
+// 2 x 512 bytes per row and lane, and every warp issues its next unit's 16-byte loads before the current unit's
+// FMAs and reduction, so loads stay in flight across row boundaries. WQ > 1 when there are too few quads to give
+// every warp slot its own (a 4096-row matrix is 1024 quads); the team adds its warps' sums in warp order.
+// x is staged once per block in shared memory, chunk-interleaved so that a warp's float4 reads are conflict-free,
+// with the FP8 activation simulation (act_fp8) applied there instead of on every load.
+#include <cstdlib>
+#include <string>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv_stream.h"
+
+namespace moeserve::cuda {
+
+namespace {
+
+using namespace dev;
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kRowsU = 4;  // weight rows per unit (one warp)
+constexpr int kIt = 2;     // 16-byte loads per lane, row and unit
+
+template <bool FP8>
+__device__ __forceinline__ void unpack(const uint4& v, float* f) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (FP8) {
+      const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u[i] & 0xffffu), __NV_E4M3);
+      const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u[i] >> 16), __NV_E4M3);
+      const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
+      f[4 * i] = a.x;
+      f[4 * i + 1] = a.y;
+      f[4 * i + 2] = b.x;
+      f[4 * i + 3] = b.y;
+    } else {
+      f[2 * i] = __uint_as_float(u[i] << 16);
+      f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+  }
+}
+
+// Sums of 4 per-lane values over the warp: returns row (lane >> 3)'s sum in lanes 0, 8, 16, 24 (6 shuffles
+// instead of 4 x 5: each step halves the rows a lane carries before the last three).
+__device__ __forceinline__ float warp_sum4(const float (&v)[kRowsU], int lane) {
+  const bool h16 = lane & 16, h8 = lane & 8;
+  float k0 = h16 ? v[2] : v[0], k1 = h16 ? v[3] : v[1];
+  k0 += __shfl_xor_sync(0xffffffffu, h16 ? v[0] : v[2], 16);
+  k1 += __shfl_xor_sync(0xffffffffu, h16 ? v[1] : v[3], 16);
+  float k = h8 ? k1 : k0;
+  k += __shfl_xor_sync(0xffffffffu, h8 ? k0 : k1, 8);
+  k += __shfl_xor_sync(0xffffffffu, k, 4);
+  k += __shfl_xor_sync(0xffffffffu, k, 2);
+  k += __shfl_xor_sync(0xffffffffu, k, 1);
+  return k;
+}
+
+template <bool FP8, bool ACT8>
+__global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, int WQ) {
+  constexpr int VEC = FP8 ? 16 : 8;           // weights per 16-byte load
+  constexpr int kBytes = FP8 ? 1 : 2;
+  constexpr int kUnitK = 32 * VEC * kIt;      // k per unit
+  constexpr int NJ = VEC / 4;                 // float4s of x per lane and load
+  extern __shared__ float4 xs4[];             // x: float4 j of chunk c at [j * chunks + c]
+  const int K = a.K, N = a.N, p = blockIdx.y;
+  const int chunks = K / VEC;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const char* w = static_cast<const char*>(a.w) + size_t(p) * a.w_stride * kBytes;
+  const float* rs = FP8 ? a.row_scale + size_t(p) * a.scale_stride : nullptr;
+  const int ksteps = (K + kUnitK - 1) / kUnitK;
+  const int quads = (N + kRowsU - 1) / kRowsU;
+  const int teams = kWarps / WQ, team = warp / WQ, wi = warp % WQ;  // WQ <= ksteps: every warp has units
+  const int qstride = gridDim.x * teams;
+  __shared__ float red[2][kWarps][kRowsU];  // a team's per-warp row sums, by quad parity
+
+  struct Unit {
+    uint4 w[kRowsU][kIt];
+    float s[kRowsU][kIt];
+  };
+  // The unit (quad q, k step ks): 16-byte loads (zeros past N or K) and, FP8, the rows' block scales.
+  auto load = [&](int q, int ks, Unit& u) {
+#pragma unroll
+    for (int r = 0; r < kRowsU; ++r) {
+      const int n = q * kRowsU + r;
+#pragma unroll
+      for (int i = 0; i < kIt; ++i) {
+        const int k = ks * kUnitK + (i * 32 + lane) * VEC;
+        const bool in = n < N && k < K;
+        u.w[r][i] = in ? __ldg(reinterpret_cast<const uint4*>(w + (size_t(n) * K + k) * kBytes)) : make_uint4(0, 0, 0, 0);
+        if constexpr (FP8) u.s[r][i] = in ? __ldg(rs + size_t(n) * a.scale_ld + k / 128) : 0.0f;
+      }
+    }
+  };
+
+  // Weights are not written by earlier kernels: the first unit loads before pdl_wait.
+  int q = blockIdx.x * teams + team, ks = wi, parity = 0;
+  Unit cur, nxt;
+  if (q < quads) load(q, ks, cur);
+  pdl_begin();
+
+  // Stage x (the FP8 activation simulation per 128 values first, fp8_block_sim's arithmetic).
+  const float* x = a.x + size_t(p) * a.x_stride;
+  if constexpr (ACT8) {
+    for (int b = warp; b < K / 128; b += kWarps) {
+      float4 v = reinterpret_cast<const float4*>(x + size_t(b) * 128)[lane];
+      float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+      amax = warp_max(amax);
+      const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
+      v = make_float4(fp8_round(v.x / s) * s, fp8_round(v.y / s) * s, fp8_round(v.z / s) * s, fp8_round(v.w / s) * s);
+      const int f = b * 32 + lane;  // float4 index in x
+      xs4[(f % NJ) * chunks + f / NJ] = v;
+    }
+  } else {
+    for (int f = threadIdx.x; f < K / 4; f += kThreads)
+      xs4[(f % NJ) * chunks + f / NJ] = reinterpret_cast<const float4*>(x)[f];
+  }
+  __syncthreads();
+
+  // One accumulator per row and load slot: a lane's sums are chains of at most VEC + K / (32 * VEC * kIt) + 1
+  // additions before the 5-level warp tree (ops_gemm_gpu_test's tolerance assumes under 64).
+  float acc[kRowsU][kIt] = {};
+  while (q < quads) {
+    // The next unit of this warp: its next k step of the quad, else its first of the team's next quad.
+    const bool more = ks + WQ < ksteps;
+    const int nks = more ? ks + WQ : wi;
+    const int nq = more ? q : q + qstride;
+    if (nq < quads) load(nq, nks, nxt);
+#pragma unroll
+    for (int i = 0; i < kIt; ++i) {
+      const int c = ks * (kUnitK / VEC) + i * 32 + lane;  // this lane's chunk
+      if (c >= chunks) continue;
+      float xv[VEC];
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) {
+        const float4 v = xs4[j * chunks + c];
+        xv[4 * j] = v.x;
+        xv[4 * j + 1] = v.y;
+        xv[4 * j + 2] = v.z;
+        xv[4 * j + 3] = v.w;
+      }
+#pragma unroll
+      for (int r = 0; r < kRowsU; ++r) {
+        float wf[VEC];
+        unpack<FP8>(cur.w[r][i], wf);
+        float part = 0.0f;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) part += xv[v] * wf[v];
+        acc[r][i] += FP8 ? part * cur.s[r][i] : part;
+      }
+    }
+    if (!more) {  // this warp's share of the quad is complete
+      float rows[kRowsU];
+#pragma unroll
+      for (int r = 0; r < kRowsU; ++r) {
+        rows[r] = acc[r][0];
+#pragma unroll
+        for (int i = 1; i < kIt; ++i) rows[r] += acc[r][i];
+      }
+      float sum = warp_sum4(rows, lane);
+      if (WQ > 1) {  // the team's sums, added in warp order by its first warp
+        if ((lane & 7) == 0) red[parity][warp][lane >> 3] = sum;
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + team), "r"(WQ * 32) : "memory");
+        if (wi == 0 && (lane & 7) == 0) {
+          sum = red[parity][warp][lane >> 3];
+          for (int j = 1; j < WQ; ++j) sum += red[parity][warp + j][lane >> 3];
+        }
+        parity ^= 1;  // the next quad's sums go to the other half: no second barrier before it is written
+      }
+      const int n = q * kRowsU + (lane >> 3);
+      if (wi == 0 && (lane & 7) == 0 && n < N) {
+        float* out = a.y + size_t(p) * a.y_stride + n;
+        *out = a.accumulate ? *out + sum : sum;
+      }
+#pragma unroll
+      for (int r = 0; r < kRowsU; ++r)
+#pragma unroll
+        for (int i = 0; i < kIt; ++i) acc[r][i] = 0.0f;
+    }
+    q = nq;
+    ks = nks;
+    cur = nxt;
+  }
+}
+
+// Blocks per SM (MOESERVE_GEMV_STREAM_BLOCKS_PER_SM, 1 or 2; default 2): two blocks of 8 warps per SM reach
+// 82 % of the bandwidth on wq_b where one reaches 66 %. Two fill every SM's registers, so a GEMV on a concurrent
+// branch leaves GemvArgs::leave_sms SMs at one block for the main stream's one-block kernels.
+int gemv_stream_blocks_per_sm() {
+  static const int n = [] {
+    const char* e = std::getenv("MOESERVE_GEMV_STREAM_BLOCKS_PER_SM");
+    return e && std::string(e) == "1" ? 1 : 2;
+  }();
+  return n;
+}
+
+template <bool FP8, bool ACT8>
+cudaError_t launch_stream(const GemvArgs& a, cudaStream_t stream) {
+  static const bool configured = [] {
+    cudaFuncSetAttribute(gemv_stream_kernel<FP8, ACT8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         kGemvStreamMaxK * 4);
+    return true;
+  }();
+  (void)configured;
+  const int per_sm = gemv_stream_blocks_per_sm();
+  const int quads = (a.N + kRowsU - 1) / kRowsU;
+  const int ksteps = (a.K + 32 * (FP8 ? 16 : 8) * kIt - 1) / (32 * (FP8 ? 16 : 8) * kIt);
+  // Warps per quad: the fewest that give every warp slot of the GPU a quad, at most the quad's k steps.
+  const int64_t slots = int64_t(per_sm) * sm_count() * kWarps;
+  int wq = 1;
+  while (wq < kWarps && wq * 2 <= ksteps && int64_t(quads) * a.problems * wq < slots) wq *= 2;
+  const int teams = kWarps / wq;
+  const int blocks_wanted = (quads + teams - 1) / teams;
+  const int blocks = std::max(a.problems, per_sm * sm_count() - std::max(0, a.leave_sms));
+  const int per_problem = std::max(1, (blocks + a.problems - 1) / a.problems);
+  const dim3 grid(std::min(blocks_wanted, per_problem), a.problems);
+  return dev::launch(gemv_stream_kernel<FP8, ACT8>, grid, dim3(kThreads), size_t(a.K) * 4, stream, a, wq);
+}
+
+}  // namespace
+
+bool gemv_stream_fits(const GemvArgs& a) {
+  const bool fp8 = a.wtype == WeightType::FP8;
+  const int vec = fp8 ? 16 : 8;
+  return a.group_count == nullptr && a.M == 1 && a.K > 0 && a.K <= kGemvStreamMaxK && a.K % vec == 0 &&
+         (!fp8 || a.K % 128 == 0 || a.scale_ld > 0) && (!a.act_fp8 || a.K % 128 == 0) &&
+         reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.x_stride % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && (a.w_stride * (fp8 ? 1 : 2)) % 16 == 0;
+}
+
+bool gemv_stream_preferred(const GemvArgs& a) {
+  // Measured on the H200 against the one-pass kernel (docs/benchmarks/cuda-ops.md): every FP8 shape of the
+  // decode step gains or ties; BF16 ties at best (the head) or loses (the compressor, 5.2 vs 5.1 us).
+  return gemv_stream_fits(a) && a.wtype == WeightType::FP8;
+}
+
+cudaError_t gemv_stream(const GemvArgs& a, cudaStream_t stream) {
+  if (!gemv_stream_fits(a)) return cudaErrorInvalidValue;
+  if (a.N == 0 || a.problems == 0) return cudaSuccess;
+  const bool fp8 = a.wtype == WeightType::FP8;
+  if (a.act_fp8) return fp8 ? launch_stream<true, true>(a, stream) : launch_stream<false, true>(a, stream);
+  return fp8 ? launch_stream<true, false>(a, stream) : launch_stream<false, false>(a, stream);
+}
+
+}  // namespace moeserve::cuda
