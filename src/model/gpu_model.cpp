@@ -393,6 +393,9 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
   a.y = y;
   a.ldy = ldy;
   a.M = M;
+  // On a side branch, room beside a wide GEMV for the critical path's one-block kernels (an nsys timeline showed
+  // the kv head's rope waiting ~12 us behind a persistent wq_b on side 2).
+  if (cur_) a.leave_sms = cuda::device_info().multiprocessors / 4;
   // The FP8 activation simulation rides on the skinny GEMM's loads where it can (no copy, no launch).
   a.act_fp8 = sim && cuda::gemv_fuses_act_fp8(a);
   if (sim && !a.act_fp8) input(&a.x, &a.ldx);
@@ -416,16 +419,34 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   const GpuCompressor* comp = L.compressor ? &*L.compressor : nullptr;
   const GpuCompressor* icomp = L.index_compressor ? &*L.index_compressor : nullptr;
   const int nH = int(c.index_n_heads), id = int(c.index_head_dim);
-  // Branches of a decode-sized step: side 0 the kv head and the attention's compressor, side 1 the indexer's
-  // compressor, side 3 its head weights, side 2 the query (when the indexer's query path is the longer one);
-  // the main stream keeps the path to the attention kernel.
+  // Branches of a decode-sized step. With an indexer: side 0 the kv head and the attention's compressor, side 1
+  // the indexer's compressor, side 3 its head weights, side 2 the query, and the main stream (high priority) keeps
+  // the indexer's query path to the attention kernel. Without one: the query (wq_a, q_norm and the wide wq_b) on
+  // side 2, and the kv head's chain of one-block kernels on the main stream, where the query's thousands of
+  // low-priority blocks do not hold the SMs it waits for.
   const bool par = branches(T);
-
-  if (par) fork(0);
+  const bool kv_main = par && !icomp;
+  auto query = [&] {  // wq_a, q_norm, wq_b and the rope (with an indexer: wq_b and the rope on side 2)
+    linear(L.wq_a.view(), x, T, D, qr_, ql, true);
+    MOESERVE_CUDA_CHECK(cuda::rms_norm(qr_, T, ql, ql, L.q_norm.data(), eps, qr_, ql, cur()));
+    if (par && icomp) fork(2);
+    linear(L.wq_b.view(), qr_, T, ql, q_, H * hd, true);
+    MOESERVE_CUDA_CHECK(cuda::rope(q_, T, H, hd, H * hd, rd, b.tok_pos, inv, rscale, false, eps, cur()));
+  };
+  if (kv_main) {
+    fork(2);
+    query();
+    to_main();
+  } else if (par) {
+    fork(0);
+  }
   linear(L.wkv.view(), x, T, D, kv_, hd, true);
-  // kv_norm (weighted RMSNorm of the one kv head) fused into the rope kernel.
-  MOESERVE_CUDA_CHECK(cuda::rope(kv_, T, 1, hd, hd, rd, b.tok_pos, inv, rscale, false, eps, cur(), L.kv_norm.data()));
-  if (num.kv_fp8) MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(kv_, T, hd, nope, 64, cur()));
+  // kv_norm (weighted RMSNorm of the one kv head) and the FP8 storage simulation of its non-rope dims fused
+  // into the rope kernel (which holds rows of up to 512 values).
+  const bool kv_fp8_fused = num.kv_fp8 && hd <= 512;
+  MOESERVE_CUDA_CHECK(cuda::rope(kv_, T, 1, hd, hd, rd, b.tok_pos, inv, rscale, false, eps, cur(), L.kv_norm.data(),
+                                 kv_fp8_fused ? 64 : 0));
+  if (num.kv_fp8 && !kv_fp8_fused) MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(kv_, T, hd, nope, 64, cur()));
   cuda::CompressorArgs ca, ia;
   if (comp) {
     const int width = (comp->overlap ? 2 : 1) * comp->dim;
@@ -477,14 +498,10 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     MOESERVE_CUDA_CHECK(cuda::scale_values(iw_, size_t(T) * nH, 1.0f / std::sqrt(float(nH)), cur()));
   }
   to_main();
-
-  linear(L.wq_a.view(), x, T, D, qr_, ql, true);
-  MOESERVE_CUDA_CHECK(cuda::rms_norm(qr_, T, ql, ql, L.q_norm.data(), eps, qr_, ql, cur()));
-  const bool q_side = par && icomp;
-  if (q_side) fork(2);
-  linear(L.wq_b.view(), qr_, T, ql, q_, H * hd, true);
-  MOESERVE_CUDA_CHECK(cuda::rope(q_, T, H, hd, H * hd, rd, b.tok_pos, inv, rscale, false, eps, cur()));
-  to_main();
+  if (!kv_main) {
+    query();
+    to_main();
+  }
   if (icomp) {
     linear(L.index_wq_b.view(), qr_, T, ql, iq_, nH * id, true);
     if (num.indexer_fp4 && id == 128) {  // rope, Hadamard and FP4 in one launch
@@ -513,8 +530,8 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     MOESERVE_CUDA_CHECK(cuda::indexer_topk(b, iscores_, nc, icomp->ratio, int(c.index_topk), topk_, st));
   }
   if (par) {
-    join(0);
-    if (q_side) join(2);
+    if (!kv_main) join(0);
+    join(2);  // the query: on side 2 in both arrangements
   }
   cuda::AttentionArgs aa;
   aa.q = q_;
@@ -719,20 +736,32 @@ void GpuModel::block(GpuKvCache& cache, const Plan& p, int l) {
   if (own_mix)
     MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(h_, T, hc * D, L.hc_attn_fn.data(), mix, mix_splits, partial_, st));
   const int attn_splits = own_mix ? mix_splits : splits;
-  MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial_, attn_splits, h_, T, hc, D, mix, L.hc_attn_base.data(),
-                                          L.hc_attn_scale.data(), int(c.hc_sinkhorn_iters), hc_eps, eps,
-                                          L.attn_norm.data(), x_, post_, comb_, st));
+  // hc_pre: at decode sizes the post weights and the Sinkhorn mix (one warp's ~20 dependent iterations) run on
+  // a side stream through the sublayer, which only needs the collapsed row; joined before hc_post reads them.
+  const bool side_mix = branches(T);
+  auto pre_finish = [&](int n_splits, const float* base, const float* scale, const float* norm) {
+    auto run = [&](cudaStream_t s, cuda::HcFinishPart part) {
+      MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial_, n_splits, h_, T, hc, D, mix, base, scale,
+                                              int(c.hc_sinkhorn_iters), hc_eps, eps, norm, x_, post_, comb_, s, part));
+    };
+    if (!side_mix) return run(st, cuda::HcFinishPart::All);
+    fork(kMixSide);
+    run(cur(), cuda::HcFinishPart::Mix);
+    to_main();
+    run(st, cuda::HcFinishPart::Collapse);
+  };
+  pre_finish(attn_splits, L.hc_attn_base.data(), L.hc_attn_scale.data(), L.attn_norm.data());
   attention(cache, p, l, x_, out_);
+  if (side_mix) join(kMixSide);
   if (fuse) {
     MOESERVE_CUDA_CHECK(cuda::hc_post_mix(h_, T, hc, D, out_, post_, comb_, L.hc_ffn_fn.data(), mix, partial_, st));
   } else {
     MOESERVE_CUDA_CHECK(cuda::hc_post(h_, T, hc, D, out_, post_, comb_, st));
     MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(h_, T, hc * D, L.hc_ffn_fn.data(), mix, splits, partial_, st));
   }
-  MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial_, splits, h_, T, hc, D, mix, L.hc_ffn_base.data(),
-                                          L.hc_ffn_scale.data(), int(c.hc_sinkhorn_iters), hc_eps, eps,
-                                          L.ffn_norm.data(), x_, post_, comb_, st));
+  pre_finish(splits, L.hc_ffn_base.data(), L.hc_ffn_scale.data(), L.ffn_norm.data());
   moe(p, l, x_, out_);
+  if (side_mix) join(kMixSide);
   if (fuse && !last)
     MOESERVE_CUDA_CHECK(cuda::hc_post_mix(h_, T, hc, D, out_, post_, comb_,
                                           weights_.layers[size_t(l) + 1].hc_attn_fn.data(), mix, partial_, st));

@@ -119,9 +119,11 @@ class GpuModel {
   // The main stream carries each sublayer's critical path: its kernels get free SMs before the side
   // streams' (a side branch's 2048-block GEMM had held back the indexer's query path by ~13 us).
   cuda::Stream stream_{cuda::StreamPriority::High};
-  static constexpr int kSides = 4;
+  // Sides 0-3: a sublayer's branches; side 4 (kMixSide): the mHC's post and Sinkhorn mix of the sublayer.
+  static constexpr int kSides = 5, kMixSide = 4;
   cuda::Stream sides_[kSides] = {cuda::Stream(cuda::StreamPriority::Low), cuda::Stream(cuda::StreamPriority::Low),
-                                 cuda::Stream(cuda::StreamPriority::Low), cuda::Stream(cuda::StreamPriority::Low)};
+                                 cuda::Stream(cuda::StreamPriority::Low), cuda::Stream(cuda::StreamPriority::Low),
+                                 cuda::Stream(cuda::StreamPriority::Low)};
   cudaStream_t cur_ = nullptr;      // the stream work is issued on (nullptr: the main stream)
   cudaEvent_t branch_ev_ = nullptr;  // recorded and waited on at once, so one event serves every fork and join
   cuda::Blas blas_;

@@ -356,7 +356,10 @@ GpuWeights GpuWeights::random(const io::ModelConfig& c, WeightType lt, WeightTyp
     L.wq_b = lin(H * hd, int(c.q_lora_rank), 1, lt, p + ".wq_b");
     L.wkv = lin(hd, D, 1, lt, p + ".wkv");
     const int group_in = H * hd / int(c.o_groups);
-    L.wo_a = lin(int(c.o_groups * c.o_lora_rank), group_in, 1, WeightType::BF16, p + ".wo_a");
+    // As a quantized checkpoint stores it (FP8 with block scales, the linear type), read by the decode GEMV
+    // without activation quantization (upload() above: the grouped projection's input stays unquantized).
+    L.wo_a = lin(int(c.o_groups * c.o_lora_rank), group_in, 1, lt, p + ".wo_a");
+    L.wo_a.act_quant = false;
     L.wo_b = lin(D, int(c.o_groups * c.o_lora_rank), 1, lt, p + ".wo_b");
     L.q_norm = filled(size_t(c.q_lora_rank), 1.0f, stream, p + ".q_norm");
     L.kv_norm = filled(size_t(hd), 1.0f, stream, p + ".kv_norm");
