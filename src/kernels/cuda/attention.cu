@@ -35,14 +35,15 @@ __device__ __forceinline__ int split_keys(int max_keys, int splits) {
   return (per + kTile - 1) / kTile * kTile;
 }
 
-// Final output of one head: o * exp(m - M) / (l * exp(m - M) + exp(sink - M)), de-rotated; lane owns float4s.
+// Final output of one head: o * exp(m - M) / (l * exp(m - M) + exp(sink - M)), de-rotated; lane owns the float4s
+// c0 + lane + 32 c.
 template <int NC>
 __device__ __forceinline__ void rotate_store(float4 (&o)[NC], int hd, int rope_dim, const float* inv_freq,
-                                             float rope_scale, int pos, float* dst) {
+                                             float rope_scale, int pos, float* dst, int c0 = 0) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
-    const int d = 4 * (lane + 32 * c);
+    const int d = 4 * (c0 + lane + 32 * c);
     if (d >= hd) continue;
     float v[4] = {o[c].x, o[c].y, o[c].z, o[c].w};
     if (d >= hd - rope_dim) {
@@ -60,32 +61,38 @@ __device__ __forceinline__ void rotate_store(float4 (&o)[NC], int hd, int rope_d
   }
 }
 
-template <int HPW, int NC>
-__global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, AttentionArgs a) {
+// DS: warps per head group, each taking 1/DS of head_dim (its share of every score, added in order through
+// shared memory, and of the output columns): twice the warps in flight for a decode token, whose blocks are few
+// and whose warps' chains of shared-memory reads are the time.
+template <int HPW, int NC, int DS>
+__global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b, AttentionArgs a) {
   dev::pdl_begin();
   constexpr int HB = kWarps * HPW;
+  constexpr int NCW = NC / DS;  // output float4 columns per lane of a warp
   extern __shared__ float4 sm4[];
   const int hd = a.hd, ldk = hd + 4, hd4 = hd / 4;
   float* qs = reinterpret_cast<float*>(sm4);  // [HB][hd]
   float* ks = qs + HB * hd;                   // [kTile][ldk]
   __shared__ const float* kptr[kTile];
+  __shared__ float part_sc[DS][kWarps][HPW][kTile];  // the warps' shares of each score
   const int t = blockIdx.x, h0 = blockIdx.y * HB, split = blockIdx.z;
   const int pos = b.tok_pos[t], s = b.tok_seq[t];
   const int begin = b.seq_begin[s], start = b.seq_start[s], slot = b.seq_slot[s];
   const int n = key_count(a, pos);
   const int per = split_keys(a.max_keys, a.splits);
   const int k0 = split * per, k1 = min(n, k0 + per);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % kWarps, ds = (threadIdx.x >> 5) / kWarps;
   const int nwin = min(pos + 1, a.window);
+  const int cw0 = ds * NCW * 32;  // this warp's first output float4 column (and hd4 / DS its share of the dot)
 
-  float4 o[HPW][NC];
+  float4 o[HPW][NCW];
   float m[HPW], l[HPW];
 #pragma unroll
   for (int h = 0; h < HPW; ++h) {
     m[h] = -INFINITY;
     l[h] = 0.0f;
 #pragma unroll
-    for (int c = 0; c < NC; ++c) o[h][c] = make_float4(0, 0, 0, 0);
+    for (int c = 0; c < NCW; ++c) o[h][c] = make_float4(0, 0, 0, 0);
   }
   if (k0 < k1) {
     // Queries and key tiles arrive by cp.async: every thread's copies are in flight together (one memory
@@ -128,13 +135,26 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, Att
 #pragma unroll
       for (int h = 0; h < HPW; ++h) sc[h] = 0.0f;
       const float* kr = ks + lane * ldk;
+      const int cbeg = ds * (hd4 / DS), cend = DS == 1 ? hd4 : cbeg + hd4 / DS;
 #pragma unroll 4
-      for (int c = 0; c < hd4; ++c) {
+      for (int c = cbeg; c < cend; ++c) {
         const float4 kv4 = *reinterpret_cast<const float4*>(kr + 4 * c);
 #pragma unroll
         for (int h = 0; h < HPW; ++h) {
           const float4 q4 = *reinterpret_cast<const float4*>(qs + (warp * HPW + h) * hd + 4 * c);
           sc[h] += q4.x * kv4.x + q4.y * kv4.y + q4.z * kv4.z + q4.w * kv4.w;
+        }
+      }
+      if constexpr (DS > 1) {  // the whole score of key `lane`: the warps' shares added in order
+#pragma unroll
+        for (int h = 0; h < HPW; ++h) part_sc[ds][warp][h][lane] = sc[h];
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < HPW; ++h) {
+          float total = part_sc[0][warp][h][lane];
+#pragma unroll
+          for (int d = 1; d < DS; ++d) total += part_sc[d][warp][h][lane];
+          sc[h] = total;
         }
       }
       float p[HPW];
@@ -148,7 +168,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, Att
         l[h] = l[h] * corr + warp_sum(p[h]);
         m[h] = mn;
 #pragma unroll
-        for (int c = 0; c < NC; ++c) {
+        for (int c = 0; c < NCW; ++c) {
           o[h][c].x *= corr;
           o[h][c].y *= corr;
           o[h][c].z *= corr;
@@ -161,8 +181,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, Att
 #pragma unroll
         for (int h = 0; h < HPW; ++h) pj[h] = __shfl_sync(0xffffffffu, p[h], j);
 #pragma unroll
-        for (int c = 0; c < NC; ++c) {
-          const int d4 = lane + 32 * c;
+        for (int c = 0; c < NCW; ++c) {
+          const int d4 = cw0 + lane + 32 * c;
           if (d4 < hd4) {
             const float4 v = *reinterpret_cast<const float4*>(ks + j * ldk + 4 * d4);
 #pragma unroll
@@ -186,14 +206,14 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, Att
       const float f = (m[h] == -INFINITY) ? 0.0f : expf(m[h] - M);
       const float inv = 1.0f / (l[h] * f + expf(sink - M));
 #pragma unroll
-      for (int c = 0; c < NC; ++c) {
+      for (int c = 0; c < NCW; ++c) {
         o[h][c].x *= f * inv;
         o[h][c].y *= f * inv;
         o[h][c].z *= f * inv;
         o[h][c].w *= f * inv;
       }
-      rotate_store<NC>(o[h], hd, a.rope_dim, a.inv_freq, a.rope_scale, pos,
-                       a.o + (size_t(t) * a.H + head) * hd);
+      rotate_store<NCW>(o[h], hd, a.rope_dim, a.inv_freq, a.rope_scale, pos,
+                        a.o + (size_t(t) * a.H + head) * hd, cw0);
     }
     return;
   }
@@ -201,13 +221,13 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(BatchDesc b, Att
   for (int h = 0; h < HPW; ++h) {
     const int head = h0 + warp * HPW + h;
     float* dst = a.partial + ((size_t(t) * a.H + head) * a.splits + split) * (hd + 4);
-    if (lane == 0) {
+    if (lane == 0 && ds == 0) {
       dst[0] = m[h];
       dst[1] = l[h];
     }
 #pragma unroll
-    for (int c = 0; c < NC; ++c) {
-      const int d4 = lane + 32 * c;
+    for (int c = 0; c < NCW; ++c) {
+      const int d4 = cw0 + lane + 32 * c;
       if (d4 < hd4) *reinterpret_cast<float4*>(dst + 4 + 4 * d4) = o[h][c];
     }
   }
@@ -298,13 +318,20 @@ template <int HPW, int NC>
 cudaError_t launch(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream) {
   constexpr int HB = kWarps * HPW;
   const size_t smem = (size_t(HB) * a.hd + size_t(kTile) * (a.hd + 4)) * sizeof(float);
+  // Two warps per head group where head_dim splits evenly (columns of 32-lane float4s, dot halves).
+  constexpr int DS = NC % 2 == 0 ? 2 : 1;
+  const bool split_dim = DS == 2 && (a.hd / 4) % 2 == 0;
   static bool configured = false;
   if (!configured) {
-    cudaFuncSetAttribute(attention_kernel<HPW, NC>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    cudaFuncSetAttribute(attention_kernel<HPW, NC, DS>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    cudaFuncSetAttribute(attention_kernel<HPW, NC, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
     configured = true;
   }
   dim3 grid(b.T, a.H / HB, a.splits);
-  dev::launch(attention_kernel<HPW, NC>, dim3(grid), dim3(kWarps * 32), smem, stream, b, a);
+  if (split_dim)
+    dev::launch(attention_kernel<HPW, NC, DS>, dim3(grid), dim3(kWarps * 32 * DS), smem, stream, b, a);
+  else
+    dev::launch(attention_kernel<HPW, NC, 1>, dim3(grid), dim3(kWarps * 32), smem, stream, b, a);
   if (a.splits > 1) dev::launch(combine_kernel<NC>, dim3(b.T * a.H), dim3(128), 0, stream, b, a);
   return cudaGetLastError();
 }
@@ -320,12 +347,14 @@ cudaError_t launch_nc(const BatchDesc& b, const AttentionArgs& a, cudaStream_t s
   }
 }
 
-// Heads per warp: 4 while (token, head block, key split) blocks fill at least half the chip; fewer (more,
-// shorter blocks) when they do not — a decode step of one token over a 128-key window made 16 blocks.
+// Heads per warp: 4 while (token, head block, key split) blocks give every multiprocessor one; fewer (more,
+// shorter blocks) when they do not. One decode token over 640 keys: 80 blocks of 16 heads took 24-34 us, 160 of
+// 8 heads 20.5 us, 320 of 4 heads 31.6 us (more blocks re-read the same key tiles; ncu at 160 blocks: 1.2 warps
+// per scheduler, 0.8 IPC, latency-bound).
 int heads_per_warp(int H, int T, int max_keys) {
   const int64_t key_splits = max_keys > kTile ? (max_keys + kTile - 1) / kTile : 1;
   for (int hpw : {4, 2})
-    if (H % (kWarps * hpw) == 0 && int64_t(T) * (H / (kWarps * hpw)) * key_splits >= 66) return hpw;
+    if (H % (kWarps * hpw) == 0 && int64_t(T) * (H / (kWarps * hpw)) * key_splits >= dev::sm_count()) return hpw;
   return 1;
 }
 
