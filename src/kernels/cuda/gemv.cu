@@ -2,7 +2,8 @@
 // accumulation, weights BF16 or FP8 e4m3 with 128-wide block scales, streamed from HBM once per 8 rows with
 // 16-byte loads. A block of 256 threads owns RG x R weight rows; the KT threads of a row group split K
 // (KT = 32..256, chosen so that short rows still keep every thread busy) and reduce through shuffles and
-// shared memory. Grouped mode (MoE): blockIdx.y is an active expert group with its own rows.
+// shared memory. Grouped mode (MoE): blockIdx.y is an active expert group with its own rows. One row over FP8
+// weights goes to the streaming kernel instead (kernels/cuda/gemv_stream.cu).
 #include <cstdlib>
 #include <string>
 

@@ -324,13 +324,7 @@ TEST(MoeW4A8Gpu, GemmLayoutProbe) {
     DevBuf<uint64_t> df(flags);
     for (int cfg = 0; cfg < cuda::moe_w4a8_config_count(); ++cfg) {
       y.poison();
-      if (!cuda::moe_w4a8_config_fits(cfg, N, K)) {  // e.g. a K split of 2 groups into stages of 2 per warpgroup
-        EXPECT_EQ(cuda::moe_grouped_gemm_w4a8_contiguous({dw.p, df.p, E, N, K}, {da.p, dsa.p, M, sa_ld}, dcounts.p,
-                                                         y.p, cuda::MoeOutType::F32, M, cfg, nullptr),
-                  cudaErrorInvalidValue)
-            << cuda::moe_w4a8_config(cfg).name;
-        continue;
-      }
+      ASSERT_TRUE(cuda::moe_w4a8_config_fits(cfg, N, K)) << cuda::moe_w4a8_config(cfg).name;
       ASSERT_EQ(cuda::moe_grouped_gemm_w4a8_contiguous({dw.p, df.p, E, N, K}, {da.p, dsa.p, M, sa_ld}, dcounts.p, y.p,
                                                        cuda::MoeOutType::F32, M, cfg, nullptr),
                 cudaSuccess);
@@ -351,6 +345,31 @@ TEST(MoeW4A8Gpu, GemmLayoutProbe) {
                       << ": want (m" << k0 / 32 << ",n" << n0 << ")=2, got" << where;
     }
   }
+}
+
+// Shapes no config runs are refused before any launch (no GPU needed): rows not a multiple of 128, K not a
+// multiple of 256, an unknown config.
+TEST(MoeW4A8Gpu, ConfigFitsRefusesShapesItCannotRun) {
+  for (int cfg = 0; cfg < cuda::moe_w4a8_config_count(); ++cfg) {
+    const char* name = cuda::moe_w4a8_config(cfg).name;
+    EXPECT_TRUE(cuda::moe_w4a8_config_fits(cfg, 4096, 4096)) << name;
+    EXPECT_TRUE(cuda::moe_w4a8_config_fits(cfg, 6144, 7168)) << name;
+    EXPECT_FALSE(cuda::moe_w4a8_config_fits(cfg, 4096 + 64, 4096)) << name;
+    EXPECT_FALSE(cuda::moe_w4a8_config_fits(cfg, 4096, 4096 + 128)) << name;
+    EXPECT_FALSE(cuda::moe_w4a8_config_fits(cfg, 0, 4096)) << name;
+  }
+  EXPECT_FALSE(cuda::moe_w4a8_config_fits(-1, 4096, 4096));
+  EXPECT_FALSE(cuda::moe_w4a8_config_fits(cuda::moe_w4a8_config_count(), 4096, 4096));
+  // The GEMM checks the same before touching memory: these pointers are never read.
+  uint8_t byte = 0;
+  uint64_t word = 0;
+  int count = 0;
+  float f = 0;
+  alignas(16) uint8_t a[16] = {};
+  alignas(16) float sa[4] = {};
+  EXPECT_EQ(cuda::moe_grouped_gemm_w4a8_contiguous({&byte, &word, 1, 4096 + 64, 4096}, {a, sa, 1, 4}, &count, &f,
+                                                   cuda::MoeOutType::F32, 1, 0, nullptr),
+            cudaErrorInvalidValue);
 }
 
 TEST(MoeW4A8Gpu, GemmProW13) {
