@@ -133,6 +133,36 @@ __device__ __forceinline__ float fp4_round(float v) {
 
 __device__ __forceinline__ float bf16_value(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
 
+// One 16-byte weight load to fp32: 8 bf16 or 16 e4m3 (the skinny GEMMs, gemv.cu and gemv_stream.cu).
+// 8 bf16 (one uint4) -> fp32
+__device__ __forceinline__ void unpack_bf16(const uint4& v, float* f) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(u[i] << 16);
+    f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+// 16 e4m3 (one uint4) -> fp32
+__device__ __forceinline__ void unpack_fp8(const uint4& v, float* f) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u[i] & 0xffffu), __NV_E4M3);
+    __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u[i] >> 16), __NV_E4M3);
+    float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
+    f[4 * i] = a.x;
+    f[4 * i + 1] = a.y;
+    f[4 * i + 2] = b.x;
+    f[4 * i + 3] = b.y;
+  }
+}
+template <bool FP8>
+__device__ __forceinline__ void unpack_weights(const uint4& v, float* f) {
+  if constexpr (FP8) unpack_fp8(v, f);
+  else unpack_bf16(v, f);
+}
+
 // ---- Programmatic dependent launch (sm_90). A kernel started by launch() may begin while the kernel before it
 // in the stream is still running, so that its launch, its prologue (reading weights, which no kernel writes)
 // and the previous kernel's drain overlap. Every such kernel calls pdl_wait() in every thread before it touches

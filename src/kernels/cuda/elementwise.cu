@@ -59,6 +59,26 @@ __device__ __forceinline__ void rotate_pair(float* r, float c, float s) {
   r[1] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
 }
 
+// cos and sin (times attn_scale; sin negated for the inverse rotation) of pair i at position p: the fp32 angle
+// p * inv_freq[i], as the reference, through double-precision cos/sin.
+__device__ __forceinline__ void rope_cos_sin(float p, float inv_freq_i, float attn_scale, bool inverse, float* c,
+                                             float* s) {
+  const double ad = double(p * inv_freq_i);
+  *c = float(cos(ad)) * attn_scale;
+  const float sn = float(sin(ad)) * attn_scale;
+  *s = inverse ? -sn : sn;
+}
+
+// fp8_block_sim of one block of n values by one warp: out[i] = fp8(v[i] / s) * s, s the power-of-two scale of
+// the block's amax (out may be v).
+__device__ __forceinline__ void fp8_block_sim_warp(const float* v, float* out, int n, int lane) {
+  float amax = 0;
+  for (int i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(v[i]));
+  amax = warp_max(amax);
+  const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
+  for (int i = lane; i < n; i += 32) out[i] = fp8_round(v[i] / s) * s;
+}
+
 // Values per lane of a row that rope_kernel's norm path holds in registers (rows up to 32 * kRopeHeld).
 constexpr int kRopeHeld = 16;
 
@@ -118,10 +138,8 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
   float* r = v + (head_dim - rope_dim);
   const float p = float(pos[t]);
   for (int i = lane; i < half; i += 32) {
-    const float angle = p * inv_freq[i];  // fp32 product, as the reference
-    const double ad = double(angle);
-    float c = float(cos(ad)) * attn_scale, s = float(sin(ad)) * attn_scale;
-    if (inverse) s = -s;
+    float c, s;
+    rope_cos_sin(p, inv_freq[i], attn_scale, inverse, &c, &s);
     rotate_pair(r + 2 * i, c, s);
   }
   if constexpr (POST > 0) {
@@ -198,13 +216,7 @@ __global__ void __launch_bounds__(256) rope_norm_fp8_kernel(float* x, int heads,
     if (lane == 0) scale = float(1.0 / sqrt(sum / double(head_dim) + double(norm_eps)));
   } else if (warp == 1) {
     const float p = float(pos[t]);
-    for (int i = lane; i < half; i += 32) {
-      const float angle = p * inv_freq[i];  // fp32 product, as the reference
-      const double ad = double(angle);
-      const float c = float(cos(ad)) * attn_scale, sn = float(sin(ad)) * attn_scale;
-      cs[0][i] = c;
-      cs[1][i] = inverse ? -sn : sn;
-    }
+    for (int i = lane; i < half; i += 32) rope_cos_sin(p, inv_freq[i], attn_scale, inverse, &cs[0][i], &cs[1][i]);
   }
   __syncthreads();
   const float s = scale;
@@ -217,14 +229,8 @@ __global__ void __launch_bounds__(256) rope_norm_fp8_kernel(float* x, int heads,
   // fp8_block_sim's arithmetic on each block of the first head_dim - rope_dim values (a trailing partial block
   // its own), and the rotation of the rest: disjoint values.
   const int width = head_dim - rope_dim;
-  for (int b0 = warp * fp8_block; b0 < width; b0 += 8 * fp8_block) {
-    const int n = min(width, b0 + fp8_block) - b0;
-    float amax = 0;
-    for (int i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(row[b0 + i]));
-    amax = warp_max(amax);
-    const float sc = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
-    for (int i = lane; i < n; i += 32) row[b0 + i] = fp8_round(row[b0 + i] / sc) * sc;
-  }
+  for (int b0 = warp * fp8_block; b0 < width; b0 += 8 * fp8_block)
+    fp8_block_sim_warp(row + b0, row + b0, min(width, b0 + fp8_block) - b0, lane);
   for (int i = threadIdx.x; i < half; i += kThreads) rotate_pair(row + width + 2 * i, cs[0][i], cs[1][i]);
   __syncthreads();
 #pragma unroll
@@ -243,12 +249,7 @@ __global__ void fp8_block_sim_kernel(const float* x, int ldx, float* y, int ldy,
   const int r = item / blocks, b = item % blocks;
   const float* v = x + size_t(r) * ldx + size_t(b) * block;
   float* out = y + size_t(r) * ldy + size_t(b) * block;
-  const int n = min(width, (b + 1) * block) - b * block;
-  float amax = 0;
-  for (int i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(v[i]));
-  amax = warp_max(amax);
-  const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
-  for (int i = lane; i < n; i += 32) out[i] = fp8_round(v[i] / s) * s;
+  fp8_block_sim_warp(v, out, min(width, (b + 1) * block) - b * block, lane);
 }
 
 // One block (128 threads) per row.

@@ -20,30 +20,6 @@ using namespace dev;
 constexpr int kThreads = 256;
 constexpr int kRows = 4;  // weight rows per row group
 
-// 8 bf16 (one uint4) -> fp32
-__device__ __forceinline__ void unpack_bf16(const uint4& v, float* f) {
-  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(u[i] << 16);
-    f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-  }
-}
-// 16 e4m3 (one uint4) -> fp32
-__device__ __forceinline__ void unpack_fp8(const uint4& v, float* f) {
-  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u[i] & 0xffffu), __NV_E4M3);
-    __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u[i] >> 16), __NV_E4M3);
-    float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
-    f[4 * i] = a.x;
-    f[4 * i + 1] = a.y;
-    f[4 * i + 2] = b.x;
-    f[4 * i + 3] = b.y;
-  }
-}
-
 template <bool FP8>
 __device__ __forceinline__ float weight_scalar(const void* w, size_t index) {
   if constexpr (FP8) return fp8_value(static_cast<const uint8_t*>(w)[index]);
@@ -170,8 +146,7 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 4 : 1) gemv_kernel(GemvArg
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           float wf[VEC];
-          if constexpr (FP8) unpack_fp8(wv[r], wf);
-          else unpack_bf16(wv[r], wf);
+          unpack_weights<FP8>(wv[r], wf);
           const float s = ws[r];
 #pragma unroll
           for (int i = 0; i < MT; ++i) {

@@ -24,26 +24,6 @@ constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRowsU = 4;  // weight rows per unit (one warp)
 constexpr int kIt = 2;     // 16-byte loads per lane, row and unit
 
-template <bool FP8>
-__device__ __forceinline__ void unpack(const uint4& v, float* f) {
-  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (FP8) {
-      const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u[i] & 0xffffu), __NV_E4M3);
-      const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(u[i] >> 16), __NV_E4M3);
-      const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
-      f[4 * i] = a.x;
-      f[4 * i + 1] = a.y;
-      f[4 * i + 2] = b.x;
-      f[4 * i + 3] = b.y;
-    } else {
-      f[2 * i] = __uint_as_float(u[i] << 16);
-      f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    }
-  }
-}
-
 // Sums of 4 per-lane values over the warp: returns row (lane >> 3)'s sum in lanes 0, 8, 16, 24 (6 shuffles
 // instead of 4 x 5: each step halves the rows a lane carries before the last three).
 __device__ __forceinline__ float warp_sum4(const float (&v)[kRowsU], int lane) {
@@ -145,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
 #pragma unroll
       for (int r = 0; r < kRowsU; ++r) {
         float wf[VEC];
-        unpack<FP8>(cur.w[r][i], wf);
+        unpack_weights<FP8>(cur.w[r][i], wf);
         float part = 0.0f;
 #pragma unroll
         for (int v = 0; v < VEC; ++v) part += xv[v] * wf[v];
