@@ -7,7 +7,6 @@
 // 1x128 / 128x128 block scales: Hopper's FP8 tensor cores keep ~14 bits inside each 128-k block before the
 // fp32 promotion (DeepSeek-V3 report 3.3.2), so 2^-10 * sum|xw|.
 #include <cmath>
-#include <cstring>
 
 #include "core/dtype.h"
 #include "core/threads.h"
@@ -118,6 +117,17 @@ void skinny_expected(const std::vector<float>& x, int ldx, const Weights& w, int
   });
 }
 
+// Args of a 4-row BF16 problem of width K and M rows, no buffers: for the refusal checks.
+cuda::GemvArgs tiny_bf16_args(int K, int M) {
+  cuda::GemvArgs a;
+  a.wtype = cuda::WeightType::BF16;
+  a.N = 4;
+  a.K = K;
+  a.M = M;
+  a.ldx = K;
+  return a;
+}
+
 TEST(CudaGemm, SkinnyGemmDenseBf16AndFp8) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
@@ -200,26 +210,13 @@ TEST(CudaGemm, SkinnyGemmFusedFp8ActivationSimulation) {
         const std::string what = std::string("gemv act_fp8 ") + (fp8 ? "fp8 " : "bf16 ") + s.name + " M=" + std::to_string(M);
         const std::vector<float> got = host(y), got_sep = host(y_sep);
         expect_close(got, want, tol, what);
-        size_t differ = 0;
-        for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &got_sep[i], sizeof(float)) != 0;
-        EXPECT_EQ(differ, 0u) << what << ": fused and separate simulation differ";
+        expect_same_bits(got, got_sep, what + ": fused against separate simulation");
       }
     }
   }
   // Not fusable (K % 128 != 0, or more than one row per pass): refused, not silently unsimulated.
-  cuda::GemvArgs rows3;
-  rows3.wtype = cuda::WeightType::BF16;
-  rows3.N = 4;
-  rows3.K = 128;
-  rows3.M = 3;
-  rows3.ldx = 128;
-  EXPECT_FALSE(cuda::gemv_fuses_act_fp8(rows3));
-  cuda::GemvArgs bad;
-  bad.wtype = cuda::WeightType::BF16;
-  bad.N = 4;
-  bad.K = 96;
-  bad.M = 1;
-  bad.ldx = 96;
+  EXPECT_FALSE(cuda::gemv_fuses_act_fp8(tiny_bf16_args(128, 3)));
+  cuda::GemvArgs bad = tiny_bf16_args(96, 1);
   bad.act_fp8 = true;
   auto dummy_w = dev(std::vector<uint16_t>(4 * 96));
   auto dummy_x = dev(std::vector<float>(96));
@@ -231,7 +228,7 @@ TEST(CudaGemm, SkinnyGemmFusedFp8ActivationSimulation) {
   EXPECT_EQ(cuda::gemv(bad, nullptr), cudaErrorInvalidValue);
 }
 
-// The streaming one-row kernel called directly (gemv() routes only wide weights to it): stacked problems with
+// The streaming one-row kernel called directly (gemv() routes FP8 rows to it): stacked problems with
 // their own x and y, rows not a multiple of its 4-row units, K not a multiple of its 2 x 512-byte steps,
 // accumulate, and the FP8 activation simulation in its staging (bit for bit the kernel fed pre-simulated x).
 TEST(CudaGemm, StreamingGemvOneRow) {
@@ -284,19 +281,12 @@ TEST(CudaGemm, StreamingGemvOneRow) {
           sep.x = dxs.data();
           sep.y = y_sep.data();
           MOESERVE_CUDA_CHECK(cuda::gemv_stream(sep, nullptr));
-          const std::vector<float> got_sep = host(y_sep);
-          size_t differ = 0;
-          for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &got_sep[i], sizeof(float)) != 0;
-          EXPECT_EQ(differ, 0u) << what << ": staged and separate simulation differ";
+          expect_same_bits(got, host(y_sep), what + ": staged against separate simulation");
         }
       }
     }
   }
-  cuda::GemvArgs two_rows;  // not its case: refused
-  two_rows.wtype = cuda::WeightType::BF16;
-  two_rows.N = 8;
-  two_rows.K = 128;
-  two_rows.M = 2;
+  const cuda::GemvArgs two_rows = tiny_bf16_args(128, 2);  // not its case: refused
   EXPECT_FALSE(cuda::gemv_stream_fits(two_rows));
   EXPECT_EQ(cuda::gemv_stream(two_rows, nullptr), cudaErrorInvalidValue);
 }
