@@ -81,6 +81,7 @@ __device__ __forceinline__ void fp8_block_sim_warp(const float* v, float* out, i
 
 // Values per lane of a row that rope_kernel's norm path holds in registers (rows up to 32 * kRopeHeld).
 constexpr int kRopeHeld = 16;
+constexpr int kRopePairs = 2;  // rotated pairs per lane whose cos/sin rope_kernel computes before the norm
 
 // One warp per (token, head): optional unweighted RMSNorm of the head, then the rotation of its trailing dims.
 // POST (head_dim 128 only): 1 the Walsh-Hadamard rotation of the row after the rope, 2 also the FP4 simulation
@@ -102,6 +103,16 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
   if (row >= T * heads) return;
   const int t = row / heads, h = row % heads;
   float* v = x + size_t(t) * ld + size_t(h) * head_dim;
+  // The rotation's double-precision cos/sin first (they depend on the position only), so that they overlap the
+  // row's loads instead of following the norm: up to kRopePairs pairs per lane, the rest in the loop below.
+  const int half = rope_dim / 2;
+  const float p = float(pos[t]);
+  float rc[kRopePairs], rs[kRopePairs];
+#pragma unroll
+  for (int j = 0; j < kRopePairs; ++j) {
+    const int i = lane + 32 * j;
+    if (i < half) rope_cos_sin(p, inv_freq[i], attn_scale, inverse, &rc[j], &rs[j]);
+  }
   if (norm_eps > 0.0f) {
     // Rows up to 32 * kHeld values are held in registers, all loaded before the sum (one memory latency);
     // the sum is in the same order either way.
@@ -134,10 +145,13 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
     }
     __syncwarp();
   }
-  const int half = rope_dim / 2;
   float* r = v + (head_dim - rope_dim);
-  const float p = float(pos[t]);
-  for (int i = lane; i < half; i += 32) {
+#pragma unroll
+  for (int j = 0; j < kRopePairs; ++j) {
+    const int i = lane + 32 * j;
+    if (i < half) rotate_pair(r + 2 * i, rc[j], rs[j]);
+  }
+  for (int i = lane + 32 * kRopePairs; i < half; i += 32) {
     float c, s;
     rope_cos_sin(p, inv_freq[i], attn_scale, inverse, &c, &s);
     rotate_pair(r + 2 * i, c, s);
