@@ -693,6 +693,17 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
   MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
 }
 
+// The decode MoE chain's W2 prefetch and early schedule (MOESERVE_MOE_CHAIN=0: off, for A/B timing). The budget
+// bounds the prefetched bytes: a third of the H200's 50 MB L2.
+constexpr size_t kMoePrefetchBudget = size_t(16) << 20;
+static bool moe_chain_prefetch() {
+  static const bool on = [] {
+    const char* e = std::getenv("MOESERVE_MOE_CHAIN");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
 // Routed experts kept MXFP4 (into ye_; moe() combines): the W4A8 chain of kernels/cuda/moe_w4a8.h in the contiguous layout (its launch
 // shape does not depend on the routing, so decode graphs capture it). FP8 activations with per-128
 // power-of-two scales from the fp32 activations, fp32 GEMM outputs, no bf16 rounding: the checkpoint numerics
@@ -702,7 +713,18 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
   const int TK = T * K, E = ex.E, D = ex.D, I = ex.I;
   const int sa_ld = (TK + 3) / 4 * 4;
   const int expected_rows = (TK + E - 1) / E;
-  if (TK <= cuda::moe_route_gather_max_slots()) {  // decode: routing rows and the gather in one launch
+  const cuda::MoeW4A8Weights w13 = ex.w13_view(), w2 = ex.w2_view();
+  // A decode step's chain: W13's CTAs ask L2 for W2's first stages of their experts' rows once their own loads are
+  // issued (the HBM is idle through W13's tail and the SwiGLU launch), and W2 schedules and loads those stages
+  // before pdl_wait (its counts come from the routing glue, which finished before W13 started).
+  cuda::MoeW4A8Chain c13, c2;
+  const bool decode = TK <= cuda::moe_route_gather_max_slots();
+  if (decode && moe_chain_prefetch()) {
+    c13.prefetch_next = &w2;
+    c13.prefix_bytes = cuda::moe_w4a8_prefetch_prefix(w2.N, w2.K, TK, kMoePrefetchBudget);
+    c2.counts_settled = true;
+  }
+  if (decode) {  // routing rows and the gather in one launch
     MOESERVE_CUDA_CHECK(cuda::moe_route_gather_quant_f32(chosen_, T, K, E, x, D, w4_counts_, row_of_slot_,
                                                          w4_slot_of_row_, w4_a_, w4_sa_, sa_ld, st));
   } else {
@@ -710,12 +732,12 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
                                              cuda::moe_route_rows_workspace(T, K, E), st));
     MOESERVE_CUDA_CHECK(cuda::moe_gather_quant_f32(x, D, w4_slot_of_row_, TK, K, w4_a_, w4_sa_, sa_ld, st));
   }
-  MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(ex.w13_view(), {w4_a_, w4_sa_, TK, sa_ld}, w4_counts_, h13_,
-                                                             cuda::MoeOutType::F32, expected_rows, -1, st));
+  MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(w13, {w4_a_, w4_sa_, TK, sa_ld}, w4_counts_, h13_,
+                                                             cuda::MoeOutType::F32, expected_rows, -1, st, c13));
   MOESERVE_CUDA_CHECK(
       cuda::moe_swiglu_quant_f32(h13_, I, w4_slot_of_row_, TK, route_w_, limit, w4_a_, w4_sa_, sa_ld, st));
-  MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(ex.w2_view(), {w4_a_, w4_sa_, TK, sa_ld}, w4_counts_, ye_,
-                                                             cuda::MoeOutType::F32, expected_rows, -1, st));
+  MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(w2, {w4_a_, w4_sa_, TK, sa_ld}, w4_counts_, ye_,
+                                                             cuda::MoeOutType::F32, expected_rows, -1, st, c2));
 }
 
 // Decode-sized steps fuse each hc_post with the following hc_mix_partial (the next sublayer's, or the next

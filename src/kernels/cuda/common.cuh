@@ -176,6 +176,11 @@ __device__ __forceinline__ void pdl_begin() {
   pdl_release();
 }
 
+// Asks L2 to fetch [p, p + bytes) (16-byte aligned, a multiple of 16 bytes) without waiting for it.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 // Multiprocessors of the current device (cached: the engine drives one GPU per process).
 inline int sm_count() {
   static const int n = [] {

@@ -54,15 +54,31 @@ bool moe_w4a8_config_fits(int id, int N, int K);
 // expected rows per active expert; a heuristic when the table has no entry.
 int moe_w4a8_pick_config(int E, int N, int K, int expected_rows_per_expert);
 
+// How a GEMM sits in the decode chain (all optional; none changes the results):
+//  - prefetch_next: after its last work items' weight loads, each CTA asks L2 for the first prefix_bytes of the
+//    next GEMM's row blocks that correspond to its rows (W13 -> W2 of the same expert), so that the next GEMM's
+//    first stages come from L2;
+//  - counts_settled: counts were written by a kernel that completed before the previous kernel in the stream
+//    started (W2 after W13: the routing glue ran before W13), so the schedule and the first weight loads run
+//    before pdl_wait.
+struct MoeW4A8Chain {
+  const MoeW4A8Weights* prefetch_next = nullptr;
+  unsigned prefix_bytes = 0;  // per 64-row block of the next weights, multiple of 16 (moe_w4a8_prefetch_prefix)
+  bool counts_settled = false;
+};
+// Bytes per 64-row block to prefetch so that `slots` experts' blocks of N x K weights fit in `budget` bytes
+// (at most a whole block; multiple of 16; 0 when not even 16 bytes fit).
+unsigned moe_w4a8_prefetch_prefix(int N, int K, int slots, size_t budget);
+
 // y[row][n] for the rows of every expert (contiguous layout: expert e owns rows from the prefix sum of
 // counts). y: [in.rows][N], bf16 or fp32; rows of no expert are not written. config = -1: dispatch table.
 cudaError_t moe_grouped_gemm_w4a8_contiguous(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
                                              void* y, MoeOutType out, int expected_rows_per_expert, int config,
-                                             cudaStream_t stream);
+                                             cudaStream_t stream, const MoeW4A8Chain& chain = {});
 // Masked layout: expert e owns rows [e*cap, e*cap + min(counts[e], cap)). Fixed launch shape.
 cudaError_t moe_grouped_gemm_w4a8_masked(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
                                          int cap, void* y, MoeOutType out, int expected_rows_per_expert, int config,
-                                         cudaStream_t stream);
+                                         cudaStream_t stream, const MoeW4A8Chain& chain = {});
 
 // Random packed experts (performance work, --load-format dummy): E experts of [N, K], uniform e2m1 codes,
 // every row's reference exponent ref_exp and its blocks' exponents in [ref_exp - spread, ref_exp] with

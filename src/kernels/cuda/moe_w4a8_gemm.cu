@@ -16,10 +16,13 @@
 //    2^(e_j - R) * sa.
 //  - Persistent grid: CTAs walk the (expert, weight tile, token tile) list computed from the device counts,
 //    so the launch shape never depends on the routing (graph capturable).
+//  - In a decode chain (MoeW4A8Chain) the producer asks L2 for the next GEMM's first stages of its rows once its
+//    own loads are issued, and a GEMM whose counts are settled schedules and loads weights before pdl_wait.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -156,6 +159,12 @@ struct Params {
   int E, N, K, cap;         // cap > 0: masked
   int flag_words;           // per 64-row block
   int out_f32;
+  int counts_settled;       // MoeW4A8Chain::counts_settled
+  const uint8_t* pf_w;      // MoeW4A8Chain::prefetch_next (packed), or null
+  size_t pf_expert_bytes;   // its packed bytes per expert
+  uint32_t pf_pitch;        // its bytes per 64-row block
+  int pf_blocks;            // its 64-row blocks per expert
+  uint32_t pf_prefix;       // bytes to prefetch per block
 };
 
 // The expert owning work item `it`: item_start[e] <= it < item_start[e + 1] (binary search: a CTA's first item
@@ -245,7 +254,8 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
-  dev::pdl_begin();
+  // Settled counts (MoeW4A8Chain): the schedule and the first stages' weights do not wait for the previous kernel.
+  if (!p.counts_settled) dev::pdl_begin();
 
   // Schedule: items of expert e = NBT * ceil(cnt / BN), in expert order.
   if (warp == 0) {
@@ -254,7 +264,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
 #pragma unroll
     for (int i = 0; i < kMaxExperts / 32; ++i) {
       const int e = 32 * i + lane;
-      counts_of_lane[i] = e < p.E ? max(p.counts[e], 0) : 0;
+      counts_of_lane[i] = e < p.E ? max(__ldcg(p.counts + e), 0) : 0;
     }
     int item_run = 0, row_run = 0;
 #pragma unroll
@@ -290,35 +300,73 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   if (warp >= 4 * WG) {
     // ------------------------------ producer ------------------------------
     if constexpr (C::kSetMaxNReg) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(C::kProducerRegs));
-    if (warp != 4 * WG || lane != 0) return;
+    if (warp != 4 * WG || lane != 0) {
+      if (p.counts_settled) dev::pdl_begin();
+      return;
+    }
     int stage = 0;
     uint32_t phase = 0;
-    int e = 0;
     constexpr uint32_t kTxBytes = uint32_t(G * BN * 128 + G * C::kSaPitch * 4 + WG * G * pack::kChunkBytes);
-    for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
-      e = expert_of_item(item_start, p.E, it);
-      const int ntt = (cnt[e] + BN - 1) / BN;
-      const int local = it - item_start[e];
-      const int nbt = local / ntt, tt = local % ntt;
-      const int row0 = row_start[e] + tt * BN;
-      const uint8_t* wsrc = p.w + size_t(e) * p.expert_bytes;
-      for (int kc = 0; kc < n_chunks; ++kc) {
-        mbar_wait(&empty_bar[stage], phase ^ 1);
-        uint8_t* st = stages + stage * C::kStageBytes;
-        mbar_arrive_expect_tx(&full_bar[stage], kTxBytes);
+    struct Item {
+      int e, nbt, tt, row0;
+      const uint8_t* wsrc;
+    };
+    auto item_of = [&](int it) {
+      Item x;
+      x.e = expert_of_item(item_start, p.E, it);
+      const int ntt = (cnt[x.e] + BN - 1) / BN;
+      const int local = it - item_start[x.e];
+      x.nbt = local / ntt;
+      x.tt = local % ntt;
+      x.row0 = row_start[x.e] + x.tt * BN;
+      x.wsrc = p.w + size_t(x.e) * p.expert_bytes;
+      return x;
+    };
+    auto load_weights = [&](const Item& x, int kc, uint8_t* st, uint64_t* bar) {
 #pragma unroll
-        for (int gi = 0; gi < G; ++gi) tma_load_2d(st + gi * BN * 128, &tmap_a, &full_bar[stage], (kc * G + gi) * 128, row0);
-        tma_load_2d(st + C::kActBytes, &tmap_sa, &full_bar[stage], row0 & ~3, kc * G);
-#pragma unroll
-        for (int w = 0; w < WG; ++w) {
-          const size_t chunk = size_t(nbt * WG + w) * NG + size_t(kc) * G;
-          bulk_load(st + C::kActBytes + C::kSaBytes + w * G * pack::kChunkBytes, wsrc + chunk * pack::kChunkBytes,
-                    uint32_t(G * pack::kChunkBytes), &full_bar[stage]);
+      for (int w = 0; w < WG; ++w) {
+        const size_t chunk = size_t(x.nbt * WG + w) * NG + size_t(kc) * G;
+        bulk_load(st + C::kActBytes + C::kSaBytes + w * G * pack::kChunkBytes, x.wsrc + chunk * pack::kChunkBytes,
+                  uint32_t(G * pack::kChunkBytes), bar);
+      }
+    };
+    // Settled counts: the first item's first stages of weights before pdl_wait (fresh stages: no empty wait).
+    int early = 0;
+    if (p.counts_settled) {
+      if (int(blockIdx.x) < total_items) {
+        const Item x = item_of(blockIdx.x);
+        early = min(S, n_chunks);
+        for (int kc = 0; kc < early; ++kc) {
+          mbar_arrive_expect_tx(&full_bar[kc], kTxBytes);
+          load_weights(x, kc, stages + kc * C::kStageBytes, &full_bar[kc]);
         }
+      }
+      dev::pdl_begin();
+    }
+    for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
+      const Item x = item_of(it);
+      for (int kc = 0; kc < n_chunks; ++kc) {
+        uint8_t* st = stages + stage * C::kStageBytes;
+        const bool issued = it == int(blockIdx.x) && kc < early;  // weights and expect_tx already issued
+        if (!issued) {
+          mbar_wait(&empty_bar[stage], phase ^ 1);
+          mbar_arrive_expect_tx(&full_bar[stage], kTxBytes);
+        }
+#pragma unroll
+        for (int gi = 0; gi < G; ++gi)
+          tma_load_2d(st + gi * BN * 128, &tmap_a, &full_bar[stage], (kc * G + gi) * 128, x.row0);
+        tma_load_2d(st + C::kActBytes, &tmap_sa, &full_bar[stage], x.row0 & ~3, kc * G);
+        if (!issued) load_weights(x, kc, st, &full_bar[stage]);
         if (++stage == S) {
           stage = 0;
           phase ^= 1;
         }
+      }
+      // The last wave's items: the next GEMM's first stages of the same expert's corresponding rows into L2.
+      if (p.pf_w && x.tt == 0 && it + int(gridDim.x) >= total_items) {
+        const uint8_t* next = p.pf_w + size_t(x.e) * p.pf_expert_bytes;
+        for (int b = x.nbt * p.pf_blocks / NBT; b < (x.nbt + 1) * p.pf_blocks / NBT; ++b)
+          dev::prefetch_l2(next + size_t(b) * p.pf_pitch, p.pf_prefix);
       }
     }
     return;
@@ -326,6 +374,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
 
   // ------------------------------ consumers ------------------------------
   if constexpr (C::kSetMaxNReg) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::kConsumerRegs));
+  if (p.counts_settled) dev::pdl_begin();
   const int wg = warp / 4;
   const int tid = threadIdx.x % 128;
   const int wq = tid / 32;               // warp within the warpgroup
@@ -621,7 +670,7 @@ const Launcher kLaunchers[] = {
 constexpr int kNumConfigs = int(sizeof(kLaunchers) / sizeof(kLaunchers[0]));
 
 cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts, int cap, void* y,
-                     MoeOutType out, int expected_m, int config, cudaStream_t stream) {
+                     MoeOutType out, int expected_m, int config, cudaStream_t stream, const MoeW4A8Chain& chain) {
   if (w.E <= 0 || w.E > kMaxExperts || w.N % 128 != 0 || w.K % 256 != 0 || !w.packed || !w.wide_flags ||
       !in.a || !in.sa || !counts || !y || in.rows <= 0 || in.sa_ld < in.rows || in.sa_ld % 4 != 0 ||
       reinterpret_cast<uintptr_t>(in.a) % 16 != 0 || reinterpret_cast<uintptr_t>(in.sa) % 16 != 0)
@@ -643,6 +692,19 @@ cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int*
   p.cap = cap;
   p.flag_words = pack::moe_w4a8_flag_words(w.K);
   p.out_f32 = out == MoeOutType::F32 ? 1 : 0;
+  p.counts_settled = chain.counts_settled ? 1 : 0;
+  if (chain.prefetch_next && chain.prefix_bytes > 0) {
+    const MoeW4A8Weights& nx = *chain.prefetch_next;
+    const uint32_t pitch = uint32_t(nx.K / pack::kPackK) * pack::kChunkBytes;
+    if (!nx.packed || nx.E != w.E || nx.N % pack::kPackRows != 0 || nx.K % pack::kPackK != 0 ||
+        chain.prefix_bytes % 16 != 0 || chain.prefix_bytes > pitch)
+      return cudaErrorInvalidValue;
+    p.pf_w = nx.packed;
+    p.pf_expert_bytes = pack::moe_w4a8_packed_expert_bytes(nx.N, nx.K);
+    p.pf_pitch = pitch;
+    p.pf_blocks = nx.N / pack::kPackRows;
+    p.pf_prefix = chain.prefix_bytes;
+  }
   return l.launch(p, in, stream);
 }
 
@@ -650,6 +712,13 @@ cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int*
 
 int moe_w4a8_config_count() { return kNumConfigs; }
 const MoeW4A8Config& moe_w4a8_config(int id) { return kLaunchers[id].info; }
+unsigned moe_w4a8_prefetch_prefix(int N, int K, int slots, size_t budget) {
+  if (N < pack::kPackRows || K < pack::kPackK || slots <= 0) return 0;
+  const size_t pitch = size_t(K / pack::kPackK) * pack::kChunkBytes;
+  const size_t per_block = budget / (size_t(slots) * size_t(N / pack::kPackRows));
+  return unsigned(std::min(pitch, per_block) / 16 * 16);
+}
+
 bool moe_w4a8_config_fits(int id, int N, int K) {
   if (id < 0 || id >= kNumConfigs || N <= 0 || K <= 0 || N % 128 != 0 || K % 256 != 0) return false;
   const MoeW4A8Config& c = kLaunchers[id].info;
@@ -658,15 +727,15 @@ bool moe_w4a8_config_fits(int id, int N, int K) {
 
 cudaError_t moe_grouped_gemm_w4a8_contiguous(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
                                              void* y, MoeOutType out, int expected_m, int config,
-                                             cudaStream_t stream) {
-  return run_gemm(w, in, counts, 0, y, out, expected_m, config, stream);
+                                             cudaStream_t stream, const MoeW4A8Chain& chain) {
+  return run_gemm(w, in, counts, 0, y, out, expected_m, config, stream, chain);
 }
 
 cudaError_t moe_grouped_gemm_w4a8_masked(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
                                          int cap, void* y, MoeOutType out, int expected_m, int config,
-                                         cudaStream_t stream) {
+                                         cudaStream_t stream, const MoeW4A8Chain& chain) {
   if (cap <= 0 || int64_t(cap) * w.E > in.rows) return cudaErrorInvalidValue;
-  return run_gemm(w, in, counts, cap, y, out, expected_m, config, stream);
+  return run_gemm(w, in, counts, cap, y, out, expected_m, config, stream, chain);
 }
 
 }  // namespace moeserve::cuda

@@ -670,5 +670,79 @@ TEST(MoeW4A8Gpu, DecodeChainIsGraphCapturable) {
   cudaStreamDestroy(stream);
 }
 
+// The decode chain's options (MoeW4A8Chain) only move W2's bytes into L2 earlier and schedule W2 before pdl_wait: for every config, the chain with them equals the plain chain bit for bit.
+// T = 5 over 16 experts gives more W13 work items than CTAs (the early stages then belong to a CTA's first item
+// only); W2's K = 1024 has fewer chunks than some configs have stages.
+TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(test_seed("chain_options"));
+  const int topk = 6, E = 16, D = 2048, I = 1024;
+  const Experts w13 = make_experts(rng, E, 2 * I, D, 0.01), w2 = make_experts(rng, E, D, I, 0.01);
+  DevBuf<uint8_t> dw13(w13.packed), dw2(w2.packed);
+  DevBuf<uint64_t> df13(w13.flags), df2(w2.flags);
+  const cuda::MoeW4A8Weights W13{dw13.p, df13.p, E, 2 * I, D}, W2{dw2.p, df2.p, E, D, I};
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (int T : {1, 5}) {
+    const int S = T * topk, sa_ld = (S + 3) / 4 * 4;
+    const std::vector<int> ids = random_topk(rng, T, topk, E, true);
+    std::vector<float> rw(static_cast<size_t>(S)), x(static_cast<size_t>(T) * D);
+    for (auto& v : rw) v = float(rng() % 100) / 50.0f;
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& v : x) v = nd(rng);
+    DevBuf<int> dids(ids), dcounts(E), dros(S), dsor(S);
+    DevBuf<float> drw(rw), dx(x), dsa(size_t(D / 128) * sa_ld), dsa2(size_t(I / 128) * sa_ld);
+    DevBuf<float> dh(size_t(S) * 2 * I), dy(size_t(S) * D);
+    DevBuf<uint8_t> da(size_t(S) * D), da2(size_t(S) * I);
+    for (int cfg = 0; cfg < cuda::moe_w4a8_config_count(); ++cfg) {
+      std::vector<float> outs[2];
+      for (int with : {0, 1}) {
+        cuda::MoeW4A8Chain c13, c2;
+        if (with) {
+          c13.prefetch_next = &W2;
+          c13.prefix_bytes = cuda::moe_w4a8_prefetch_prefix(W2.N, W2.K, S, size_t(16) << 20);
+          c2.counts_settled = true;
+        }
+        dy.poison();
+        ASSERT_EQ(cuda::moe_route_gather_quant_f32(dids.p, T, topk, E, dx.p, D, dcounts.p, dros.p, dsor.p, da.p, dsa.p,
+                                                   sa_ld, stream),
+                  cudaSuccess);
+        ASSERT_EQ(cuda::moe_grouped_gemm_w4a8_contiguous(W13, {da.p, dsa.p, S, sa_ld}, dcounts.p, dh.p,
+                                                         cuda::MoeOutType::F32, 1, cfg, stream, c13),
+                  cudaSuccess);
+        ASSERT_EQ(cuda::moe_swiglu_quant_f32(dh.p, I, dsor.p, S, drw.p, 10.0f, da2.p, dsa2.p, sa_ld, stream),
+                  cudaSuccess);
+        ASSERT_EQ(cuda::moe_grouped_gemm_w4a8_contiguous(W2, {da2.p, dsa2.p, S, sa_ld}, dcounts.p, dy.p,
+                                                         cuda::MoeOutType::F32, 1, cfg, stream, c2),
+                  cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        outs[with] = dy.download();
+      }
+      int64_t diff = 0, nonfinite = 0;
+      for (size_t i = 0; i < outs[0].size(); ++i) {
+        diff += f32_to_bits(outs[0][i]) != f32_to_bits(outs[1][i]);
+        nonfinite += !std::isfinite(outs[0][i]);
+      }
+      EXPECT_EQ(diff, 0) << "T " << T << " config " << cuda::moe_w4a8_config(cfg).name;
+      EXPECT_EQ(nonfinite, 0) << "T " << T << " config " << cuda::moe_w4a8_config(cfg).name;
+    }
+  }
+  // A prefix longer than a 64-row block, or not a multiple of 16 bytes, is refused.
+  DevBuf<uint8_t> a1(D);
+  DevBuf<float> sa1(size_t(D / 128) * 4), y1(size_t(2) * I);
+  DevBuf<int> c1(E);
+  for (unsigned prefix : {8u, unsigned(I / 128 * 4352 + 16)}) {
+    cuda::MoeW4A8Chain bad;
+    bad.prefetch_next = &W2;
+    bad.prefix_bytes = prefix;
+    EXPECT_EQ(cuda::moe_grouped_gemm_w4a8_contiguous(W13, {a1.p, sa1.p, 1, 4}, c1.p, y1.p, cuda::MoeOutType::F32, 1, 0,
+                                                     stream, bad),
+              cudaErrorInvalidValue)
+        << prefix;
+  }
+  EXPECT_EQ(cuda::moe_w4a8_prefetch_prefix(W2.N, W2.K, 1, size_t(1) << 40), unsigned(I / 128 * 4352));
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace
 }  // namespace moeserve
