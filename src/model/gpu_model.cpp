@@ -599,7 +599,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   if (par) join(0);
 }
 
-void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
+void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combine) {
   const io::ModelConfig& c = config_;
   const GpuLayer& L = weights_.layers[size_t(l)];
   const io::LayerSpec& spec = c.layers[size_t(l)];
@@ -619,14 +619,30 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
   linear(L.shared_w2.view(), sact_, T, I, out, D, true);
   to_main();
   linear(L.gate.view(), x, T, D, gate_logits_, E, false, /*fp32_input=*/true);
-  const int func = c.scoring_func == "sqrtsoftplus" ? 0 : c.scoring_func == "sigmoid" ? 1 : 2;
-  MOESERVE_CUDA_CHECK(cuda::moe_route(gate_logits_, T, E, K, func, spec.hash_moe ? nullptr : L.gate_bias.data(),
-                                      spec.hash_moe ? L.tid2eid.data() : nullptr, b.tok_id, c.norm_topk_prob,
-                                      float(c.routed_scaling_factor), chosen_, route_w_, st));
+  cuda::RouteLogits route;
+  route.logits = gate_logits_;
+  route.T = T;
+  route.E = E;
+  route.K = K;
+  route.func = c.scoring_func == "sqrtsoftplus" ? 0 : c.scoring_func == "sigmoid" ? 1 : 2;
+  route.bias = spec.hash_moe ? nullptr : L.gate_bias.data();
+  route.tid2eid = spec.hash_moe ? L.tid2eid.data() : nullptr;
+  route.token_ids = b.tok_id;
+  route.norm_topk = c.norm_topk_prob;
+  route.route_scale = float(c.routed_scaling_factor);
+  route.chosen = chosen_;
+  route.weight = route_w_;
+  // A decode step's MXFP4 experts route inside the glue launch that gathers their rows (one launch fewer on the
+  // critical path); otherwise the router's own kernel.
+  const bool glue_routes = L.experts_mxfp4.defined() && T <= cuda::moe_route_logits_max_tokens() &&
+                           TK <= cuda::moe_route_gather_max_slots();
+  if (!glue_routes)
+    MOESERVE_CUDA_CHECK(cuda::moe_route(route.logits, T, E, K, route.func, route.bias, route.tid2eid, route.token_ids,
+                                        route.norm_topk, route.route_scale, chosen_, route_w_, st));
   if (L.experts_mxfp4.defined()) {
-    moe_mxfp4(L.experts_mxfp4, T, K, limit, x);
+    moe_mxfp4(L.experts_mxfp4, T, K, limit, x, glue_routes ? &route : nullptr);
     if (par) join(0);
-    MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
+    if (combine) MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
     return;
   }
   // Routed experts, grouped by expert.
@@ -690,7 +706,7 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out) {
     }
   }
   if (par) join(0);
-  MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
+  if (combine) MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
 }
 
 // The decode MoE chain's W2 prefetch and early schedule (MOESERVE_MOE_CHAIN=0: off, for A/B timing). The budget
@@ -708,7 +724,8 @@ static bool moe_chain_prefetch() {
 // shape does not depend on the routing, so decode graphs capture it). FP8 activations with per-128
 // power-of-two scales from the fp32 activations, fp32 GEMM outputs, no bf16 rounding: the checkpoint numerics
 // of the reference engine, up to summation order and the tensor cores' accumulation inside each 128-k group.
-void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, const float* x) {
+void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, const float* x,
+                         const cuda::RouteLogits* route) {
   cudaStream_t st = stream();
   const int TK = T * K, E = ex.E, D = ex.D, I = ex.I;
   const int sa_ld = (TK + 3) / 4 * 4;
@@ -724,7 +741,10 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
     c13.prefix_bytes = cuda::moe_w4a8_prefetch_prefix(w2.N, w2.K, TK, kMoePrefetchBudget);
     c2.counts_settled = true;
   }
-  if (decode) {  // routing rows and the gather in one launch
+  if (route) {  // the router's choice, routing rows and the gather in one launch
+    MOESERVE_CUDA_CHECK(cuda::moe_route_logits_gather_quant_f32(*route, x, D, w4_counts_, row_of_slot_,
+                                                                w4_slot_of_row_, w4_a_, w4_sa_, sa_ld, st));
+  } else if (decode) {  // routing rows and the gather in one launch
     MOESERVE_CUDA_CHECK(cuda::moe_route_gather_quant_f32(chosen_, T, K, E, x, D, w4_counts_, row_of_slot_,
                                                          w4_slot_of_row_, w4_a_, w4_sa_, sa_ld, st));
   } else {
@@ -782,11 +802,14 @@ void GpuModel::block(GpuKvCache& cache, const Plan& p, int l) {
     MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(h_, T, hc * D, L.hc_ffn_fn.data(), mix, splits, partial_, st));
   }
   pre_finish(splits, L.hc_ffn_base.data(), L.hc_ffn_scale.data(), L.ffn_norm.data());
-  moe(p, l, x_, out_);
+  // Into the fused post, the routed experts' rows are added by hc_post_mix itself (no combine launch).
+  const bool post_adds = fuse && !last;
+  moe(p, l, x_, out_, /*combine=*/!post_adds);
   if (side_mix) join(kMixSide);
-  if (fuse && !last)
+  if (post_adds)
     MOESERVE_CUDA_CHECK(cuda::hc_post_mix(h_, T, hc, D, out_, post_, comb_,
-                                          weights_.layers[size_t(l) + 1].hc_attn_fn.data(), mix, partial_, st));
+                                          weights_.layers[size_t(l) + 1].hc_attn_fn.data(), mix, partial_, st,
+                                          {ye_, row_of_slot_, int(c.experts_per_token)}));
   else
     MOESERVE_CUDA_CHECK(cuda::hc_post(h_, T, hc, D, out_, post_, comb_, st));
 }

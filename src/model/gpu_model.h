@@ -18,6 +18,7 @@
 #include "cache/kv_cache.h"
 #include "io/model_config.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cuda/moe_w4a8.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
 #include "model/gpu_weights.h"
@@ -94,8 +95,10 @@ class GpuModel {
   void block(GpuKvCache& cache, const Plan& p, int layer);
   bool fuse_hc(int T) const;
   void attention(GpuKvCache& cache, const Plan& p, int layer, const float* x, float* out);
-  void moe(const Plan& p, int layer, const float* x, float* out);
-  void moe_mxfp4(const GpuMxfp4Experts& experts, int T, int K, float limit, const float* x);
+  // combine = false leaves the routed experts' rows in ye_ (row_of_slot_) for the caller to add (hc_post_mix).
+  void moe(const Plan& p, int layer, const float* x, float* out, bool combine);
+  // route: the decode step's router arguments when the glue launch routes (moe_route was not run), else null.
+  void moe_mxfp4(const GpuMxfp4Experts& experts, int T, int K, float limit, const float* x, const cuda::RouteLogits* route);
   // fp32_input: the reference computes this linear on an fp32 input (router gate, compressors; the head is
   // left on one bf16 term: its rounding moves logits by ~1e-3, not selections).
   void linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,

@@ -256,10 +256,11 @@ __global__ void hc_post_kernel(float* h, int T, int dim, const float* y, const f
 // stream k of column d (a block holds whole columns, so the in-place update needs only a block barrier between
 // reading the old streams and writing the new ones), computes h[t, k, d] and adds its products with the next mix
 // weights fn — read into registers before pdl_wait, they are weights — and its square; split = blockIdx.x.
+// add (rows non-null): y + the token's expert rows, added in slot order (moe_combine's sum, folded in here).
 template <int HC, int MIX>
 __global__ void __launch_bounds__(kMixThreads)
     hc_post_mix_kernel(float* h, int dim, const float* y, const float* post, const float* comb, const float* fn,
-                       int T, float* partial) {
+                       int T, float* partial, HcAddRows add) {
   constexpr int kCols = kMixThreads / HC;
   const int k = threadIdx.x / kCols, d = blockIdx.x * kCols + threadIdx.x % kCols, t = blockIdx.y;
   const bool active = d < dim;
@@ -272,7 +273,9 @@ __global__ void __launch_bounds__(kMixThreads)
   float old[HC];
 #pragma unroll
   for (int j = 0; j < HC; ++j) old[j] = active ? ht[size_t(j) * dim + d] : 0.0f;
-  const float yv = active ? y[size_t(t) * dim + d] : 0.0f;
+  float yv = active ? y[size_t(t) * dim + d] : 0.0f;
+  if (add.rows && active)
+    for (int j = 0; j < add.K; ++j) yv += add.rows[size_t(add.row_of_slot[t * add.K + j]) * dim + d];
   const float* c = comb + size_t(t) * HC * HC;
   float acc = post[size_t(t) * HC + k] * yv;
 #pragma unroll
@@ -344,15 +347,16 @@ cudaError_t hc_pre_finish(const float* partial, int splits, const float* h, int 
 int hc_post_mix_splits(int hc, int dim) { return (dim + kMixThreads / hc - 1) / (kMixThreads / hc); }
 
 cudaError_t hc_post_mix(float* h, int T, int hc, int dim, const float* y, const float* post, const float* comb,
-                        const float* fn, int mix, float* partial, cudaStream_t stream) {
+                        const float* fn, int mix, float* partial, cudaStream_t stream, const HcAddRows& add) {
   if (T == 0) return cudaSuccess;
-  if (hc != 4 || (mix != 24 && mix != 4)) return cudaErrorInvalidValue;
+  if (hc != 4 || (mix != 24 && mix != 4) || (add.rows && (!add.row_of_slot || add.K <= 0)))
+    return cudaErrorInvalidValue;
   const dim3 grid(hc_post_mix_splits(hc, dim), T);
   if (mix == 24)
     return dev::launch(hc_post_mix_kernel<4, 24>, grid, dim3(kMixThreads), 0, stream, h, dim, y, post, comb, fn, T,
-                       partial);
+                       partial, add);
   return dev::launch(hc_post_mix_kernel<4, 4>, grid, dim3(kMixThreads), 0, stream, h, dim, y, post, comb, fn, T,
-                     partial);
+                     partial, add);
 }
 
 cudaError_t hc_post(float* h, int T, int hc, int dim, const float* y, const float* post, const float* comb,

@@ -3,6 +3,7 @@
 // the ordered combine. No host synchronisation: the active expert groups stay on the device.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/route.cuh"
 
 namespace moeserve::cuda {
 
@@ -13,10 +14,7 @@ using namespace dev;
 constexpr int kRouteWarps = 4;
 constexpr int kMaxExperts = 1024;
 
-__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
-// One warp per token; lane l holds experts l, l + 32, ... (EPL of them) in registers, so the top-k passes are
-// register compares and shuffles (a decode step routes one token: this warp is the whole kernel). The bias is a
+// One warp per token (route.cuh); a decode step routes one token: this warp is the whole kernel. The bias is a
 // weight, read before pdl_wait.
 template <int EPL>
 __global__ void route_kernel(const float* logits, int T, int E, int K, int func, const float* bias,
@@ -30,73 +28,15 @@ __global__ void route_kernel(const float* logits, int T, int E, int K, int func,
   extern __shared__ float sm[];
   const int t = blockIdx.x * kRouteWarps + warp;
   if (t >= T) return;
-  float* s = sm + warp * E;
-  const float* l = logits + size_t(t) * E;
-  float sv[EPL];
-#pragma unroll
-  for (int i = 0; i < EPL; ++i) sv[i] = lane + 32 * i < E ? l[lane + 32 * i] : 0.0f;
-  if (func == 2) {  // softmax
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < EPL; ++i)
-      if (lane + 32 * i < E) mx = fmaxf(mx, sv[i]);
-    mx = warp_max(mx);
-    float sum = 0;
-#pragma unroll
-    for (int i = 0; i < EPL; ++i)
-      if (lane + 32 * i < E) sum += (sv[i] = expf(sv[i] - mx));
-    sum = warp_sum(sum);
-#pragma unroll
-    for (int i = 0; i < EPL; ++i) sv[i] /= sum;
-  } else {
-#pragma unroll
-    for (int i = 0; i < EPL; ++i) sv[i] = func == 0 ? sqrtf(softplus(sv[i])) : 1.0f / (1.0f + expf(-sv[i]));
-  }
-#pragma unroll
-  for (int i = 0; i < EPL; ++i)
-    if (lane + 32 * i < E) s[lane + 32 * i] = sv[i];
-  __syncwarp();
   int pick[8];
-  if (tid2eid) {
-    for (int k = 0; k < K; ++k) pick[k] = tid2eid[size_t(token_ids[t]) * K + k];
-  } else {
-    uint32_t taken = 0;  // bit i: expert lane + 32 i already picked
+  float w[8];
+  route_token<EPL>(logits + size_t(t) * E, E, K, func, bv, tid2eid ? tid2eid + size_t(token_ids[t]) * K : nullptr,
+                   norm_topk, route_scale, sm + warp * E, pick, w);
+  if (lane == 0)
     for (int k = 0; k < K; ++k) {
-      float best = -INFINITY;
-      int bi = 0x7fffffff;
-#pragma unroll
-      for (int i = 0; i < EPL; ++i) {
-        const int e = lane + 32 * i;
-        const float v = sv[i] + bv[i];
-        if (e < E && !((taken >> i) & 1u) && (v > best || (v == best && e < bi))) {
-          best = v;
-          bi = e;
-        }
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ob > best || (ob == best && oi < bi)) {
-          best = ob;
-          bi = oi;
-        }
-      }
-      pick[k] = bi;
-      if (bi < E && (bi & 31) == lane) taken |= 1u << (bi >> 5);  // bi stays unset only if no score compares
-    }
-  }
-  if (lane == 0) {
-    float sum = 0, w[8];
-    for (int k = 0; k < K; ++k) sum += (w[k] = s[pick[k]]);
-    for (int k = 0; k < K; ++k) {
-      float v = w[k];
-      if (norm_topk) v /= (sum + 1e-20f);
-      v *= route_scale;
       chosen[size_t(t) * K + k] = pick[k];
-      weight[size_t(t) * K + k] = v;
+      weight[size_t(t) * K + k] = w[k];
     }
-  }
 }
 
 // Single block: counts, offsets, active groups, rows.
@@ -160,14 +100,15 @@ cudaError_t moe_route(const float* logits, int T, int E, int K, int func, const 
                        kRouteWarps * E * sizeof(float), stream, logits, T, E, K, func, bias, tid2eid, token_ids,
                        norm_topk, route_scale, chosen, weight);
   };
-  const int per_lane = (E + 31) / 32;
-  if (per_lane <= 1) return run(route_kernel<1>);
-  if (per_lane <= 2) return run(route_kernel<2>);
-  if (per_lane <= 4) return run(route_kernel<4>);
-  if (per_lane <= 8) return run(route_kernel<8>);
-  if (per_lane <= 12) return run(route_kernel<12>);
-  if (per_lane <= 16) return run(route_kernel<16>);
-  return run(route_kernel<32>);
+  switch (dev::route_experts_per_lane(E)) {
+    case 1: return run(route_kernel<1>);
+    case 2: return run(route_kernel<2>);
+    case 4: return run(route_kernel<4>);
+    case 8: return run(route_kernel<8>);
+    case 12: return run(route_kernel<12>);
+    case 16: return run(route_kernel<16>);
+    default: return run(route_kernel<32>);
+  }
 }
 
 int moe_group_work_ints(int E) { return 2 * E; }

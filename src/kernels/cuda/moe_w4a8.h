@@ -100,6 +100,23 @@ int moe_route_gather_max_slots();
 cudaError_t moe_route_gather_quant_f32(const int* topk_ids, int T, int topk, int E, const float* x, int D, int* counts,
                                        int* row_of_slot, int* slot_of_row, uint8_t* a, float* sa, int sa_ld,
                                        cudaStream_t stream);
+// The router's choice (moe_route, kernels/cuda/ops.h, bit for bit) folded into moe_route_gather_quant_f32, for a
+// decode step of at most moe_route_logits_max_tokens() tokens: every block routes all tokens from the gate logits.
+struct RouteLogits {
+  const float* logits = nullptr;  // [T][E]
+  int T = 0, E = 0, K = 0;        // E <= 512, K <= 8
+  int func = 0;                   // 0 sqrtsoftplus, 1 sigmoid, 2 softmax
+  const float* bias = nullptr;    // [E] score correction (top-k only), or
+  const int* tid2eid = nullptr;   // hash routing: [vocab][K], with token_ids [T]
+  const int* token_ids = nullptr;
+  bool norm_topk = true;
+  float route_scale = 1.0f;
+  int* chosen = nullptr;    // [T][K] out
+  float* weight = nullptr;  // [T][K] out
+};
+int moe_route_logits_max_tokens();
+cudaError_t moe_route_logits_gather_quant_f32(const RouteLogits& r, const float* x, int D, int* counts, int* row_of_slot,
+                                              int* slot_of_row, uint8_t* a, float* sa, int sa_ld, cudaStream_t stream);
 cudaError_t moe_swiglu_quant(const uint16_t* h, int I, const int* slot_of_row, int rows, const float* weights,
                              float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream);
 cudaError_t moe_swiglu_quant_f32(const float* h, int I, const int* slot_of_row, int rows, const float* weights,

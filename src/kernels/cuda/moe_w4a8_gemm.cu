@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 
 #include "kernels/cpu/moe_w4a8_pack.h"
 #include "kernels/cuda/common.cuh"
@@ -393,15 +394,17 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   // Load + convert group `gi` of the current item into `gr` (waits for the stage when gi starts a chunk).
   const uint32_t stages_addr = smem_addr(stages);
   uint64_t flags_lo = 0;  // the current item's flags of groups 0..63 (K <= 8192 needs no other word)
-  auto load_group = [&](int gi, const uint64_t* flags_row, GroupRegs& gr) {
-    const int gin = gi % G;
+  // gin: the group's index in its stage (gi % G), a constant at every call site. kMayWide: the item has wide
+  // groups (else the flag test, the table selects and the slow path compile away).
+  auto load_group = [&](int gi, int gin, const uint64_t* flags_row, GroupRegs& gr, auto may_wide) {
+    constexpr bool kMayWide = decltype(may_wide)::value;
     if (gin == 0) {
       mbar_wait(&full_bar[ld_stage], ld_phase);
       __syncwarp();  // reconverge after the spin: wgmma is .sync.aligned
     }
     gr.stage = ld_stage;
     gr.gin = gin;
-    gr.wide = ((gi < 64 ? flags_lo : flags_row[gi >> 6]) >> (gi & 63)) & 1;
+    gr.wide = kMayWide && (((gi < 64 ? flags_lo : flags_row[gi >> 6]) >> (gi & 63)) & 1);
     const uint32_t chunk = stages_addr + ld_stage * C::kStageBytes + C::kActBytes + C::kSaBytes +
                            (wg * G + gin) * pack::kChunkBytes;
     const uint4 q0 = lds128(chunk + tid * 16);
@@ -464,9 +467,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
 
   // Issue the group's MMAs. Fast groups: 4 async wgmmas (caller waits and promotes). Wide groups: each
   // 32-block on its own, waited and promoted here.
-  auto issue_group = [&](const GroupRegs& gr) {
+  auto issue_group = [&](const GroupRegs& gr, auto may_wide) {
+    constexpr bool kMayWide = decltype(may_wide)::value;
     const uint64_t desc = act_desc(gr);
-    if (!gr.wide) {
+    if (!kMayWide || !gr.wide) {
       fence_operands(tmp);
       wgmma_fence();
 #pragma unroll
@@ -487,10 +491,11 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     }
   };
 
-  auto finish_group = [&](const GroupRegs& gr) {
+  auto finish_group = [&](const GroupRegs& gr, auto may_wide) {
+    constexpr bool kMayWide = decltype(may_wide)::value;
     wgmma_wait_all();
     fence_operands(tmp);
-    if (!gr.wide) promote(sa_ptr(gr));
+    if (!kMayWide || !gr.wide) promote(sa_ptr(gr));
     if (gr.gin == G - 1) {  // the stage's last group: activations, scales and weights all read
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty_bar[rel_stage]);
@@ -518,23 +523,33 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
 
-    if constexpr (C::kPrefetch) {
-      load_group(0, flags_row, ga);
-      for (int gi = 0; gi < NG; gi += 2) {
-        issue_group(ga);
-        load_group(gi + 1, flags_row, gb);
-        finish_group(ga);
-        issue_group(gb);
-        if (gi + 2 < NG) load_group(gi + 2, flags_row, ga);
-        finish_group(gb);
+    // The main loop, compiled twice: for items with wide groups and for the (usual) items without.
+    auto main_loop = [&](auto may_wide) {
+      if constexpr (C::kPrefetch) {
+        // Pairs of groups, so that each group's place in its stage is a constant (NG is even; G is 1 or 2).
+        static_assert(G == 1 || G == 2, "pairs of groups");
+        constexpr int kGinB = G == 2 ? 1 : 0;
+        load_group(0, 0, flags_row, ga, may_wide);
+        for (int gi = 0; gi < NG; gi += 2) {
+          issue_group(ga, may_wide);
+          load_group(gi + 1, kGinB, flags_row, gb, may_wide);
+          finish_group(ga, may_wide);
+          issue_group(gb, may_wide);
+          if (gi + 2 < NG) load_group(gi + 2, 0, flags_row, ga, may_wide);
+          finish_group(gb, may_wide);
+        }
+      } else {
+        for (int gi = 0; gi < NG; ++gi) {
+          load_group(gi, gi % G, flags_row, ga, may_wide);
+          issue_group(ga, may_wide);
+          finish_group(ga, may_wide);
+        }
       }
-    } else {
-      for (int gi = 0; gi < NG; ++gi) {
-        load_group(gi, flags_row, ga);
-        issue_group(ga);
-        finish_group(ga);
-      }
-    }
+    };
+    bool item_wide = flags_lo != 0;
+    for (int w = 1; w < p.flag_words; ++w) item_wide |= flags_row[w] != 0;
+    if (item_wide) main_loop(std::true_type{});
+    else main_loop(std::false_type{});
 
     // Epilogue: the rows' 2^(R - 133) (exact), stage the 64 x BN tile as [token][row] floats, then write
     // whole token rows.

@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_w4a8.h"
+#include "kernels/cuda/route.cuh"
 
 namespace moeserve::cuda {
 
@@ -225,6 +226,7 @@ __global__ void gather_quant_kernel(const In* x, int D, const int* slot_of_row, 
 // memory: a few dozen slots cost less than a launch), then gathers and quantizes its own row; block 0 also
 // writes counts, row_of_slot and slot_of_row for the GEMMs and the later glue. blockDim >= kMaxE.
 constexpr int kFusedRouteSlots = 256;
+constexpr int kRouteLogitsMaxTokens = 16;  // tokens the fused router's warps route (one pass of 16 warps)
 
 template <class In>
 __global__ void route_gather_quant_kernel(const int* topk_ids, int S, int E, const In* x, int D, int topk,
@@ -240,6 +242,45 @@ __global__ void route_gather_quant_kernel(const int* topk_ids, int S, int E, con
       slot_of_row[s] = s_slot_of_row[s];
     }
   gather_quant_row(x, D, s_slot_of_row[blockIdx.x], blockIdx.x, topk, a, sa, sa_ld);
+}
+
+// ---- the router's choice + routing rows + gather + quantize in one launch (a decode step at batch <= 16) ----
+// Every block also routes every token itself (route.cuh, one warp per token) from the gate logits, into shared
+// memory, so that the route kernel's launch leaves the critical path; block 0 writes chosen and weights.
+template <int EPL>
+__global__ void __launch_bounds__(1024) route_logits_gather_quant_kernel(RouteLogits r, const float* x, int D, int* counts, int* row_of_slot,
+                                                 int* slot_of_row, uint8_t* a, float* sa, int sa_ld) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  float bv[EPL];
+#pragma unroll
+  for (int i = 0; i < EPL; ++i) bv[i] = r.bias && lane + 32 * i < r.E ? r.bias[lane + 32 * i] : 0.0f;
+  dev::pdl_begin();
+  extern __shared__ float scores[];  // [warps][E]
+  __shared__ int s_chosen[kFusedRouteSlots], s_row_of_slot[kFusedRouteSlots], s_slot_of_row[kFusedRouteSlots];
+  const int S = r.T * r.K;
+  for (int t = warp; t < r.T; t += warps) {
+    int pick[8];
+    float w[8];
+    dev::route_token<EPL>(r.logits + size_t(t) * r.E, r.E, r.K, r.func, bv,
+                          r.tid2eid ? r.tid2eid + size_t(r.token_ids[t]) * r.K : nullptr, r.norm_topk, r.route_scale,
+                          scores + warp * r.E, pick, w);
+    if (lane == 0)
+      for (int k = 0; k < r.K; ++k) {
+        s_chosen[t * r.K + k] = pick[k];
+        if (blockIdx.x == 0) {
+          r.chosen[size_t(t) * r.K + k] = pick[k];
+          r.weight[size_t(t) * r.K + k] = w[k];
+        }
+      }
+  }
+  __syncthreads();
+  route_small_batch(s_chosen, S, r.E, 0, blockIdx.x == 0 ? counts : nullptr, s_row_of_slot, s_slot_of_row);
+  if (blockIdx.x == 0)
+    for (int s = threadIdx.x; s < S; s += blockDim.x) {
+      row_of_slot[s] = s_row_of_slot[s];
+      slot_of_row[s] = s_slot_of_row[s];
+    }
+  gather_quant_row(x, D, s_slot_of_row[blockIdx.x], blockIdx.x, r.K, a, sa, sa_ld);
 }
 
 // ---- SwiGLU(clamp) * routing weight -> FP8 (one block per grouped row, 8 channels per thread) ----
@@ -371,6 +412,31 @@ cudaError_t moe_route_gather_quant_f32(const int* topk_ids, int T, int topk, int
   const int threads = max(kMaxE, (D / 8 + 31) / 32 * 32);
   return dev::launch(route_gather_quant_kernel<float>, dim3(S), dim3(threads), 0, stream, topk_ids, S, E, x, D, topk,
                      counts, row_of_slot, slot_of_row, a, sa, sa_ld);
+}
+
+int moe_route_logits_max_tokens() { return kRouteLogitsMaxTokens; }
+
+cudaError_t moe_route_logits_gather_quant_f32(const RouteLogits& r, const float* x, int D, int* counts, int* row_of_slot,
+                                              int* slot_of_row, uint8_t* a, float* sa, int sa_ld, cudaStream_t stream) {
+  const int S = r.T * r.K;
+  if (r.T <= 0 || r.T > kRouteLogitsMaxTokens || r.K <= 0 || r.K > 8 || r.E <= 0 || r.E > kMaxE ||
+      S > kFusedRouteSlots || D % 128 != 0 || D / 8 > 1024 || !r.logits || !r.chosen || !r.weight ||
+      (!r.tid2eid && !r.bias) || (r.tid2eid && !r.token_ids))
+    return cudaErrorInvalidValue;
+  const int threads = max(kMaxE, (D / 8 + 31) / 32 * 32);
+  const size_t smem = size_t(min(threads / 32, kRouteLogitsMaxTokens)) * r.E * sizeof(float);  // routing warps
+  auto run = [&](auto kernel) {
+    return dev::launch(kernel, dim3(S), dim3(threads), smem, stream, r, x, D, counts, row_of_slot, slot_of_row, a, sa,
+                       sa_ld);
+  };
+  switch (dev::route_experts_per_lane(r.E)) {
+    case 1: return run(route_logits_gather_quant_kernel<1>);
+    case 2: return run(route_logits_gather_quant_kernel<2>);
+    case 4: return run(route_logits_gather_quant_kernel<4>);
+    case 8: return run(route_logits_gather_quant_kernel<8>);
+    case 12: return run(route_logits_gather_quant_kernel<12>);
+    default: return run(route_logits_gather_quant_kernel<16>);
+  }
 }
 
 int moe_route_gather_max_slots() { return kFusedRouteSlots; }

@@ -136,9 +136,16 @@ cudaError_t hc_post(float* h, int T, int hc, int dim, const float* y, const floa
 // hc_post, then hc_mix_partial of the updated h with the next mix weights fn, in one pass (for decode-sized T:
 // fn is read once per token): partial gets hc_post_mix_splits(hc, dim) splits in hc_mix_partial's layout, for
 // hc_pre_finish. hc == 4, mix 24 (a block's pre) or 4 (the head).
+// add: the sublayer output is y plus, per token t, rows[row_of_slot[t * K + j]] for j < K added in that order
+// (moe_combine's sum, bit for bit, without its launch).
+struct HcAddRows {
+  const float* rows = nullptr;  // [*][dim]
+  const int* row_of_slot = nullptr;
+  int K = 0;
+};
 int hc_post_mix_splits(int hc, int dim);
 cudaError_t hc_post_mix(float* h, int T, int hc, int dim, const float* y, const float* post, const float* comb,
-                        const float* fn, int mix, float* partial, cudaStream_t stream);
+                        const float* fn, int mix, float* partial, cudaStream_t stream, const HcAddRows& add = {});
 
 // ---------------------------------------------------------------------------------------- GEMV (gemv.cu)
 // y[m, n] (+)= sum_k x[m, k] * W[n, k] with fp32 activations and fp32 accumulation, for few rows m (decode,

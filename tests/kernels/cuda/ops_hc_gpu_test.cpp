@@ -2,6 +2,9 @@
 // Tolerance: the mixes differ from the reference only by fp32 summation order over hc*D terms (the GPU splits
 // the width across blocks and adds the splits in double), ~1e-6 of sum|h*fn|; sigmoid, softmax and Sinkhorn
 // are well conditioned, so pre/post/comb agree to ~1e-5 absolute; the collapse adds 4 products per element.
+#include <cmath>
+#include <cstring>
+
 #include "kernels/cpu/hyper_connection.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cuda/gpu_test_util.h"
@@ -222,6 +225,52 @@ TEST(CudaOps, HyperConnectionPostFusedWithNextMix) {
           expect_close_rel(host(out), hw, 3e-5f, 3e-5f, "hc_post_mix -> hc_head+norm" + tag);
         }
       }
+    }
+  }
+}
+
+// The MoE combine folded into hc_post_mix (HcAddRows): the same streams and partials as moe_combine into y
+// followed by the plain hc_post_mix, bit for bit.
+TEST(CudaOps, HyperConnectionPostMixAddsExpertRowsLikeCombine) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  const int hc = 4, K = 6, mix = 24;
+  for (int D : {96, 4096}) {
+    for (int T : {1, 5}) {
+      const int width = hc * D, rows = T * K + 3;
+      const std::string tag = " D=" + std::to_string(D) + " T=" + std::to_string(T);
+      auto h = normal(size_t(T) * width, g);
+      auto y = normal(size_t(T) * D, g);
+      auto ye = normal(size_t(rows) * D, g);
+      auto post = uniform(size_t(T) * hc, g, 0.0f, 2.0f);
+      auto comb = uniform(size_t(T) * hc * hc, g, 0.0f, 0.5f);
+      auto fn = uniform(size_t(mix) * width, g, -0.02f, 0.02f);
+      std::vector<int> ros(size_t(T) * K);
+      for (size_t i = 0; i < ros.size(); ++i) ros[i] = int((i * 7 + 2) % size_t(rows));
+      auto dros = dev(ros);
+      auto dye = dev(ye);
+      auto dpost = dev(post);
+      auto dcomb = dev(comb);
+      auto dfn = dev(fn);
+      const int splits = cuda::hc_post_mix_splits(hc, D);
+      // Separate: combine into a copy of y, then hc_post_mix.
+      auto dh1 = dev(h);
+      auto dy1 = dev(y);
+      cuda::DeviceArray<float> p1(size_t(splits) * T * (mix + 1), "p1"), p2(size_t(splits) * T * (mix + 1), "p2");
+      MOESERVE_CUDA_CHECK(cuda::moe_combine(dye.data(), D, dros.data(), T, K, dy1.data(), nullptr));
+      MOESERVE_CUDA_CHECK(cuda::hc_post_mix(dh1.data(), T, hc, D, dy1.data(), dpost.data(), dcomb.data(), dfn.data(),
+                                            mix, p1.data(), nullptr));
+      // Folded.
+      auto dh2 = dev(h);
+      auto dy2 = dev(y);
+      MOESERVE_CUDA_CHECK(cuda::hc_post_mix(dh2.data(), T, hc, D, dy2.data(), dpost.data(), dcomb.data(), dfn.data(),
+                                            mix, p2.data(), nullptr, {dye.data(), dros.data(), K}));
+      const std::vector<float> h1 = host(dh1), h2 = host(dh2), q1 = host(p1), q2 = host(p2);
+      int64_t diff = 0;
+      for (size_t i = 0; i < h1.size(); ++i) diff += std::memcmp(&h1[i], &h2[i], 4) != 0 || !std::isfinite(h1[i]);
+      for (size_t i = 0; i < q1.size(); ++i) diff += std::memcmp(&q1[i], &q2[i], 4) != 0;
+      EXPECT_EQ(diff, 0) << tag;
+      EXPECT_EQ(host(dy2), y) << "y itself is not written" << tag;
     }
   }
 }

@@ -1,0 +1,95 @@
+#pragma once
+// One token's MoE routing by one warp (model/moe.cpp semantics), shared by moe_route (moe.cu) and the decode
+// step's routing + gather launch (moe_w4a8_glue.cu): scores (sqrtsoftplus, sigmoid or softmax), top-k on the
+// bias-corrected scores (ties to the lower expert) or the hash table's row, weights from the uncorrected scores,
+// normalized and scaled. Lane l holds experts l, l + 32, ... (EPL of them) in registers, so the top-k passes are
+// register compares and shuffles.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/common.cuh"
+
+namespace moeserve::cuda::dev {
+
+__device__ __forceinline__ float route_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// bias: this lane's biases (bv[i] for expert lane + 32 i; zeros with a hash table), read by the caller before
+// pdl_wait (a weight). hash_row: the token's K experts from tid2eid, or null. s: E floats of shared memory for
+// this warp. Every lane gets pick[0..K); lane 0 also gets weight[0..K).
+template <int EPL>
+__device__ void route_token(const float* logits, int E, int K, int func, const float (&bv)[EPL], const int* hash_row,
+                            bool norm_topk, float route_scale, float* s, int (&pick)[8], float (&weight)[8]) {
+  const int lane = threadIdx.x & 31;
+  float sv[EPL];
+#pragma unroll
+  for (int i = 0; i < EPL; ++i) sv[i] = lane + 32 * i < E ? logits[lane + 32 * i] : 0.0f;
+  if (func == 2) {  // softmax
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < EPL; ++i)
+      if (lane + 32 * i < E) mx = fmaxf(mx, sv[i]);
+    mx = warp_max(mx);
+    float sum = 0;
+#pragma unroll
+    for (int i = 0; i < EPL; ++i)
+      if (lane + 32 * i < E) sum += (sv[i] = expf(sv[i] - mx));
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int i = 0; i < EPL; ++i) sv[i] /= sum;
+  } else {
+#pragma unroll
+    for (int i = 0; i < EPL; ++i) sv[i] = func == 0 ? sqrtf(route_softplus(sv[i])) : 1.0f / (1.0f + expf(-sv[i]));
+  }
+#pragma unroll
+  for (int i = 0; i < EPL; ++i)
+    if (lane + 32 * i < E) s[lane + 32 * i] = sv[i];
+  __syncwarp();
+  if (hash_row) {
+    for (int k = 0; k < K; ++k) pick[k] = hash_row[k];
+  } else {
+    uint32_t taken = 0;  // bit i: expert lane + 32 i already picked
+    for (int k = 0; k < K; ++k) {
+      float best = -INFINITY;
+      int bi = 0x7fffffff;
+#pragma unroll
+      for (int i = 0; i < EPL; ++i) {
+        const int e = lane + 32 * i;
+        const float v = sv[i] + bv[i];
+        if (e < E && !((taken >> i) & 1u) && (v > best || (v == best && e < bi))) {
+          best = v;
+          bi = e;
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ob > best || (ob == best && oi < bi)) {
+          best = ob;
+          bi = oi;
+        }
+      }
+      pick[k] = bi;
+      if (bi < E && (bi & 31) == lane) taken |= 1u << (bi >> 5);  // bi stays unset only if no score compares
+    }
+  }
+  if (lane == 0) {
+    float sum = 0;
+    for (int k = 0; k < K; ++k) sum += (weight[k] = s[pick[k]]);
+    for (int k = 0; k < K; ++k) {
+      float v = weight[k];
+      if (norm_topk) v /= (sum + 1e-20f);
+      weight[k] = v * route_scale;
+    }
+  }
+  __syncwarp();  // s is reused by the warp's next token
+}
+
+// Experts per lane for E experts, as the route kernels' template argument: 1, 2, 4, 8, 12, 16 or 32.
+inline int route_experts_per_lane(int E) {
+  const int per_lane = (E + 31) / 32;
+  for (int v : {1, 2, 4, 8, 12, 16})
+    if (per_lane <= v) return v;
+  return 32;
+}
+
+}  // namespace moeserve::cuda::dev
