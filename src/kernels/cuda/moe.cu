@@ -95,20 +95,11 @@ cudaError_t moe_route(const float* logits, int T, int E, int K, int func, const 
                       cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   if (K > 8 || E > kMaxExperts || (!tid2eid && !bias)) return cudaErrorInvalidValue;
-  auto run = [&](auto kernel) {
-    return dev::launch(kernel, dim3((T + kRouteWarps - 1) / kRouteWarps), dim3(kRouteWarps * 32),
-                       kRouteWarps * E * sizeof(float), stream, logits, T, E, K, func, bias, tid2eid, token_ids,
-                       norm_topk, route_scale, chosen, weight);
-  };
-  switch (dev::route_experts_per_lane(E)) {
-    case 1: return run(route_kernel<1>);
-    case 2: return run(route_kernel<2>);
-    case 4: return run(route_kernel<4>);
-    case 8: return run(route_kernel<8>);
-    case 12: return run(route_kernel<12>);
-    case 16: return run(route_kernel<16>);
-    default: return run(route_kernel<32>);
-  }
+  return dev::with_experts_per_lane<32>(E, [&](auto epl) {
+    return dev::launch(route_kernel<decltype(epl)::value>, dim3((T + kRouteWarps - 1) / kRouteWarps),
+                       dim3(kRouteWarps * 32), kRouteWarps * E * sizeof(float), stream, logits, T, E, K, func, bias,
+                       tid2eid, token_ids, norm_topk, route_scale, chosen, weight);
+  });
 }
 
 int moe_group_work_ints(int E) { return 2 * E; }

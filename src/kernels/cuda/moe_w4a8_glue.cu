@@ -425,18 +425,10 @@ cudaError_t moe_route_logits_gather_quant_f32(const RouteLogits& r, const float*
     return cudaErrorInvalidValue;
   const int threads = max(kMaxE, (D / 8 + 31) / 32 * 32);
   const size_t smem = size_t(min(threads / 32, kRouteLogitsMaxTokens)) * r.E * sizeof(float);  // routing warps
-  auto run = [&](auto kernel) {
-    return dev::launch(kernel, dim3(S), dim3(threads), smem, stream, r, x, D, counts, row_of_slot, slot_of_row, a, sa,
-                       sa_ld);
-  };
-  switch (dev::route_experts_per_lane(r.E)) {
-    case 1: return run(route_logits_gather_quant_kernel<1>);
-    case 2: return run(route_logits_gather_quant_kernel<2>);
-    case 4: return run(route_logits_gather_quant_kernel<4>);
-    case 8: return run(route_logits_gather_quant_kernel<8>);
-    case 12: return run(route_logits_gather_quant_kernel<12>);
-    default: return run(route_logits_gather_quant_kernel<16>);
-  }
+  return dev::with_experts_per_lane<kMaxE / 32>(r.E, [&](auto epl) {
+    return dev::launch(route_logits_gather_quant_kernel<decltype(epl)::value>, dim3(S), dim3(threads), smem, stream, r,
+                       x, D, counts, row_of_slot, slot_of_row, a, sa, sa_ld);
+  });
 }
 
 int moe_route_gather_max_slots() { return kFusedRouteSlots; }

@@ -6,6 +6,8 @@
 // register compares and shuffles.
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/common.cuh"
 
 namespace moeserve::cuda::dev {
@@ -84,12 +86,21 @@ __device__ void route_token(const float* logits, int E, int K, int func, const f
   __syncwarp();  // s is reused by the warp's next token
 }
 
-// Experts per lane for E experts, as the route kernels' template argument: 1, 2, 4, 8, 12, 16 or 32.
-inline int route_experts_per_lane(int E) {
+// f(std::integral_constant<int, EPL>{}) for E experts: EPL (experts per lane, the route kernels' template
+// argument) is the first of 1, 2, 4, 8, 12, 16 (and 32 when kMaxEPL is 32) with 32 * EPL >= E; the caller has
+// checked E against its own limit.
+template <int kMaxEPL, class F>
+decltype(auto) with_experts_per_lane(int E, F&& f) {
+  static_assert(kMaxEPL == 16 || kMaxEPL == 32, "EPL cap");
   const int per_lane = (E + 31) / 32;
-  for (int v : {1, 2, 4, 8, 12, 16})
-    if (per_lane <= v) return v;
-  return 32;
+  if (per_lane <= 1) return f(std::integral_constant<int, 1>{});
+  if (per_lane <= 2) return f(std::integral_constant<int, 2>{});
+  if (per_lane <= 4) return f(std::integral_constant<int, 4>{});
+  if (per_lane <= 8) return f(std::integral_constant<int, 8>{});
+  if (per_lane <= 12) return f(std::integral_constant<int, 12>{});
+  if constexpr (kMaxEPL == 32)
+    if (per_lane > 16) return f(std::integral_constant<int, 32>{});
+  return f(std::integral_constant<int, 16>{});
 }
 
 }  // namespace moeserve::cuda::dev
