@@ -104,14 +104,15 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// K-major, 128-byte-swizzled wgmma operand descriptor: rows of 128 bytes, 8-row atoms 1024 bytes apart.
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_byte_addr) {
-  uint64_t desc = uint64_t((smem_byte_addr & 0x3ffff) >> 4);
-  desc |= uint64_t(1) << 16;             // leading byte offset (unused for swizzled K-major)
-  desc |= uint64_t(1024 >> 4) << 32;     // stride byte offset: 8 rows x 128 bytes
-  desc |= uint64_t(1) << 62;             // 128-byte swizzle
-  return desc;
+// K-major, 128-byte-swizzled wgmma operand descriptor: rows of 128 bytes, 8-row atoms 1024 bytes apart. The high
+// word is the same for every operand (stride byte offset 1024, 128-byte swizzle): only the low word (start address
+// and a leading byte offset unused for swizzled K-major) is computed, so the compiler moves one register, not two,
+// into the uniform registers wgmma reads.
+constexpr uint32_t kSw128DescHi = (1024 >> 4) | (1u << 30);
+__device__ __forceinline__ uint32_t sw128_desc_lo(uint32_t smem_byte_addr) {
+  return ((smem_byte_addr & 0x3ffff) >> 4) | (1u << 16);
 }
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t lo) { return (uint64_t(kSw128DescHi) << 32) | lo; }
 
 // 2^(R - 133) for a row's reference exponent R (the epilogue's row factor: the e4m3 values carry 2^6).
 __device__ __forceinline__ float pow2_e8m0_minus6(uint32_t e) {
@@ -434,8 +435,8 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     }
   };
 
-  auto act_desc = [&](const GroupRegs& gr) {
-    return sw128_desc(smem_addr(stages + gr.stage * C::kStageBytes + gr.gin * BN * 128));
+  auto act_desc_lo = [&](const GroupRegs& gr) {
+    return sw128_desc_lo(stages_addr + gr.stage * C::kStageBytes + gr.gin * BN * 128);
   };
   int sa_off = 0;  // the current tile's first token inside the 16-byte-aligned scale box
   auto sa_ptr = [&](const GroupRegs& gr) {  // shared address of the group's first token scale
@@ -469,12 +470,12 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   // 32-block on its own, waited and promoted here.
   auto issue_group = [&](const GroupRegs& gr, auto may_wide) {
     constexpr bool kMayWide = decltype(may_wide)::value;
-    const uint64_t desc = act_desc(gr);
+    const uint32_t desc = act_desc_lo(gr);  // + 2 per k32 step (32 bytes)
     if (!kMayWide || !gr.wide) {
       fence_operands(tmp);
       wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) wgmma::RsFp8<BN>::mma(tmp, gr.a[ks], desc + uint64_t(2 * ks), ks > 0 ? 1 : 0);
+      for (int ks = 0; ks < 4; ++ks) wgmma::RsFp8<BN>::mma(tmp, gr.a[ks], sw128_desc(desc + 2 * ks), ks > 0 ? 1 : 0);
       wgmma_commit();
     } else {
       const uint32_t sa = sa_ptr(gr);
@@ -482,7 +483,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       for (int ks = 0; ks < 4; ++ks) {
         fence_operands(tmp);
         wgmma_fence();
-        wgmma::RsFp8<BN>::mma(tmp, gr.a[ks], desc + uint64_t(2 * ks), 0);
+        wgmma::RsFp8<BN>::mma(tmp, gr.a[ks], sw128_desc(desc + 2 * ks), 0);
         wgmma_commit();
         wgmma_wait_all();
         fence_operands(tmp);
