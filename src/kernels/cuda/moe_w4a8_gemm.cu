@@ -259,42 +259,61 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   // Settled counts (MoeW4A8Chain): the schedule and the first stages' weights do not wait for the previous kernel.
   if (!p.counts_settled) dev::pdl_begin();
 
-  // Schedule: items of expert e = NBT * ceil(cnt / BN), in expert order.
-  if (warp == 0) {
-    // All counts loaded up front (one memory latency, not one per 32 experts), then scanned.
-    int counts_of_lane[kMaxExperts / 32];
+  // Schedule: items of expert e = NBT * ceil(cnt / BN), in expert order. The experts' chunks of 32 are scanned
+  // by all warps at once (a chunk per warp, its counts loaded up front), then each thread adds the earlier
+  // chunks' totals to its experts: two short chains instead of one warp's sixteen dependent scans.
+  {
+    constexpr int kChunks = kMaxExperts / 32, kPerWarp = (kChunks + 3) / 4;  // >= 4 warps per CTA
+    __shared__ int chunk_items[kChunks], chunk_rows[kChunks];
+    const int nwarps = int(blockDim.x) / 32, nchunks = (p.E + 31) / 32;
+    int c_of[kPerWarp];
 #pragma unroll
-    for (int i = 0; i < kMaxExperts / 32; ++i) {
-      const int e = 32 * i + lane;
-      counts_of_lane[i] = e < p.E ? max(__ldcg(p.counts + e), 0) : 0;
+    for (int j = 0; j < kPerWarp; ++j) {
+      const int e = 32 * (warp + nwarps * j) + lane;
+      c_of[j] = e < p.E ? max(__ldcg(p.counts + e), 0) : 0;
     }
-    int item_run = 0, row_run = 0;
 #pragma unroll
-    for (int i = 0; i < kMaxExperts / 32; ++i) {
-      if (32 * i >= p.E) break;
-      const int e = 32 * i + lane;
-      int c = counts_of_lane[i];
-      if (p.cap > 0) c = min(c, p.cap);
-      int items = NBT * ((c + BN - 1) / BN);
+    for (int j = 0; j < kPerWarp; ++j) {
+      const int ch = warp + nwarps * j;
+      if (ch >= nchunks) break;
+      const int e = 32 * ch + lane;
+      const int c = p.cap > 0 ? min(c_of[j], p.cap) : c_of[j];
+      const int items = NBT * ((c + BN - 1) / BN);
       int inc_items = items, inc_rows = c;
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
-        int vi = __shfl_up_sync(0xffffffffu, inc_items, off);
-        int vr = __shfl_up_sync(0xffffffffu, inc_rows, off);
+        const int vi = __shfl_up_sync(0xffffffffu, inc_items, off);
+        const int vr = __shfl_up_sync(0xffffffffu, inc_rows, off);
         if (lane >= off) {
           inc_items += vi;
           inc_rows += vr;
         }
       }
-      if (e < p.E) {
-        item_start[e] = item_run + inc_items - items;
-        row_start[e] = p.cap > 0 ? e * p.cap : row_run + inc_rows - c;
+      if (e < p.E) {  // exclusive within the chunk for now
+        item_start[e] = inc_items - items;
+        row_start[e] = inc_rows - c;
         cnt[e] = c;
       }
-      item_run += __shfl_sync(0xffffffffu, inc_items, 31);
-      row_run += __shfl_sync(0xffffffffu, inc_rows, 31);
+      if (lane == 31) {
+        chunk_items[ch] = inc_items;
+        chunk_rows[ch] = inc_rows;
+      }
     }
-    if (lane == 0) item_start[p.E] = item_run;
+    __syncthreads();
+    for (int e = threadIdx.x; e <= p.E; e += blockDim.x) {
+      const int ch = e / 32;
+      int items_before = 0, rows_before = 0;
+      for (int k = 0; k < ch; ++k) {
+        items_before += chunk_items[k];
+        rows_before += chunk_rows[k];
+      }
+      if (e == p.E) {
+        item_start[e] = items_before + (p.E % 32 ? chunk_items[ch] : 0);
+      } else {
+        item_start[e] += items_before;
+        row_start[e] = p.cap > 0 ? e * p.cap : row_start[e] + rows_before;
+      }
+    }
   }
   __syncthreads();
   const int total_items = item_start[p.E];
@@ -552,39 +571,57 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     if (item_wide) main_loop(std::true_type{});
     else main_loop(std::false_type{});
 
-    // Epilogue: the rows' 2^(R - 133) (exact), stage the 64 x BN tile as [token][row] floats, then write
-    // whole token rows.
+    // Epilogue: the rows' 2^(R - 133) (exact). Eight token columns: each thread stores its own values (rows r0 and
+    // r0 + 8 of tokens 2 t4 and 2 t4 + 1, 32-byte runs per token across a warp). Wider tiles: stage the 64 x BN
+    // tile as [token][row] floats, then write whole token rows.
     const float rf0 = pow2_e8m0_minus6(ref0), rf1 = pow2_e8m0_minus6(ref1);
-    named_barrier(1 + wg, 128);
-#pragma unroll
-    for (int i = 0; i < BN / 8; ++i) {
-      const int c0 = 8 * i + 2 * t4;
-      stage_out[c0 * C::kStagePitch + r0] = acc[4 * i + 0] * rf0;
-      stage_out[(c0 + 1) * C::kStagePitch + r0] = acc[4 * i + 1] * rf0;
-      stage_out[c0 * C::kStagePitch + r0 + 8] = acc[4 * i + 2] * rf1;
-      stage_out[(c0 + 1) * C::kStagePitch + r0 + 8] = acc[4 * i + 3] * rf1;
-    }
-    named_barrier(1 + wg, 128);
     const size_t row_base = size_t(row_start[e]) + size_t(tt) * BN;
     const int col0 = nb * 64;
-    if (p.out_f32) {
-      // 16 threads x 4 floats per token row, 8 token rows per pass.
-      for (int tok = tid / 16; tok < m_valid; tok += 8) {
-        const int c = (tid % 16) * 4;
-        const float4 v = *reinterpret_cast<const float4*>(stage_out + tok * C::kStagePitch + c);
-        *reinterpret_cast<float4*>(static_cast<float*>(p.y) + (row_base + tok) * p.N + col0 + c) = v;
+    if constexpr (BN == 8) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int tok = 2 * t4 + h;
+        if (tok >= m_valid) continue;
+        const size_t at = (row_base + tok) * p.N + col0 + r0;
+        const float v0 = acc[h] * rf0, v1 = acc[2 + h] * rf1;
+        if (p.out_f32) {
+          static_cast<float*>(p.y)[at] = v0;
+          static_cast<float*>(p.y)[at + 8] = v1;
+        } else {
+          static_cast<__nv_bfloat16*>(p.y)[at] = __float2bfloat16_rn(v0);
+          static_cast<__nv_bfloat16*>(p.y)[at + 8] = __float2bfloat16_rn(v1);
+        }
       }
     } else {
-      // 8 threads x 8 bf16 per token row, 16 token rows per pass.
-      for (int tok = tid / 8; tok < m_valid; tok += 16) {
-        const int c = (tid % 8) * 8;
-        const float4 v0 = *reinterpret_cast<const float4*>(stage_out + tok * C::kStagePitch + c);
-        const float4 v1 = *reinterpret_cast<const float4*>(stage_out + tok * C::kStagePitch + c + 4);
-        __nv_bfloat162 b[4] = {__floats2bfloat162_rn(v0.x, v0.y), __floats2bfloat162_rn(v0.z, v0.w),
-                               __floats2bfloat162_rn(v1.x, v1.y), __floats2bfloat162_rn(v1.z, v1.w)};
-        uint4 packed;
-        std::memcpy(&packed, b, 16);
-        *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + (row_base + tok) * p.N + col0 + c) = packed;
+      named_barrier(1 + wg, 128);
+#pragma unroll
+      for (int i = 0; i < BN / 8; ++i) {
+        const int c0 = 8 * i + 2 * t4;
+        stage_out[c0 * C::kStagePitch + r0] = acc[4 * i + 0] * rf0;
+        stage_out[(c0 + 1) * C::kStagePitch + r0] = acc[4 * i + 1] * rf0;
+        stage_out[c0 * C::kStagePitch + r0 + 8] = acc[4 * i + 2] * rf1;
+        stage_out[(c0 + 1) * C::kStagePitch + r0 + 8] = acc[4 * i + 3] * rf1;
+      }
+      named_barrier(1 + wg, 128);
+      if (p.out_f32) {
+        // 16 threads x 4 floats per token row, 8 token rows per pass.
+        for (int tok = tid / 16; tok < m_valid; tok += 8) {
+          const int c = (tid % 16) * 4;
+          const float4 v = *reinterpret_cast<const float4*>(stage_out + tok * C::kStagePitch + c);
+          *reinterpret_cast<float4*>(static_cast<float*>(p.y) + (row_base + tok) * p.N + col0 + c) = v;
+        }
+      } else {
+        // 8 threads x 8 bf16 per token row, 16 token rows per pass.
+        for (int tok = tid / 8; tok < m_valid; tok += 16) {
+          const int c = (tid % 8) * 8;
+          const float4 v0 = *reinterpret_cast<const float4*>(stage_out + tok * C::kStagePitch + c);
+          const float4 v1 = *reinterpret_cast<const float4*>(stage_out + tok * C::kStagePitch + c + 4);
+          __nv_bfloat162 b[4] = {__floats2bfloat162_rn(v0.x, v0.y), __floats2bfloat162_rn(v0.z, v0.w),
+                                 __floats2bfloat162_rn(v1.x, v1.y), __floats2bfloat162_rn(v1.z, v1.w)};
+          uint4 packed;
+          std::memcpy(&packed, b, 16);
+          *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.y) + (row_base + tok) * p.N + col0 + c) = packed;
+        }
       }
     }
     __syncwarp();  // the store loops diverge; the next item starts with .aligned wgmma instructions
