@@ -35,10 +35,25 @@ __device__ __forceinline__ int split_keys(int max_keys, int splits) {
   return (per + kTile - 1) / kTile * kTile;
 }
 
+// The inverse frequencies of the rotated pairs in the lane's float4s c0 + lane + 32 c (q = 0, 2: the float4's two
+// pairs; 0 outside the rotated dims), for rotate_store: a constant table, loaded before pdl_wait where it can.
+template <int NC>
+__device__ __forceinline__ void load_rope_freqs(int hd, int rope_dim, const float* inv_freq, float (&freq)[NC][2],
+                                                int c0 = 0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    const int d = 4 * (c0 + lane + 32 * c);
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+      freq[c][q] = d < hd && d >= hd - rope_dim ? inv_freq[(d + 2 * q - (hd - rope_dim)) / 2] : 0.0f;
+  }
+}
+
 // Final output of one head: o * exp(m - M) / (l * exp(m - M) + exp(sink - M)), de-rotated; lane owns the float4s
 // c0 + lane + 32 c.
 template <int NC>
-__device__ __forceinline__ void rotate_store(float4 (&o)[NC], int hd, int rope_dim, const float* inv_freq,
+__device__ __forceinline__ void rotate_store(float4 (&o)[NC], int hd, int rope_dim, const float (&freq)[NC][2],
                                              float rope_scale, int pos, float* dst, int c0 = 0) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -49,8 +64,7 @@ __device__ __forceinline__ void rotate_store(float4 (&o)[NC], int hd, int rope_d
     if (d >= hd - rope_dim) {
 #pragma unroll
       for (int q = 0; q < 4; q += 2) {
-        const int i = (d + q - (hd - rope_dim)) / 2;
-        const float angle = float(pos) * inv_freq[i];
+        const float angle = float(pos) * freq[c][q / 2];
         const float cs = float(cos(double(angle))) * rope_scale, sn = -float(sin(double(angle))) * rope_scale;
         const float x0 = v[q], x1 = v[q + 1];
         v[q] = x0 * cs - x1 * sn;
@@ -212,8 +226,9 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
         o[h][c].z *= f * inv;
         o[h][c].w *= f * inv;
       }
-      rotate_store<NCW>(o[h], hd, a.rope_dim, a.inv_freq, a.rope_scale, pos,
-                        a.o + (size_t(t) * a.H + head) * hd, cw0);
+      float freq[NCW][2];
+      load_rope_freqs<NCW>(hd, a.rope_dim, a.inv_freq, freq, cw0);
+      rotate_store<NCW>(o[h], hd, a.rope_dim, freq, a.rope_scale, pos, a.o + (size_t(t) * a.H + head) * hd, cw0);
     }
     return;
   }
@@ -239,15 +254,18 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
 // the nsys timeline). The warps' partial sums are added in warp order, after the sink's term.
 template <int NC>
 __global__ void __launch_bounds__(128) combine_kernel(BatchDesc b, AttentionArgs a) {
-  dev::pdl_begin();
   constexpr int kWarpsC = 4, kBatch = 8;
   __shared__ float4 so[kWarpsC][NC][32];
   __shared__ float sden[kWarpsC];
   const int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int t = row / a.H, head = row % a.H, hd = a.hd;
+  // Weights and constant tables before pdl_wait: the sink, and (warp 0, which stores) the rotation's frequencies.
+  const float sink = a.sinks[head];
+  float freq[NC][2];
+  if (warp == 0) load_rope_freqs<NC>(hd, a.rope_dim, a.inv_freq, freq);
+  dev::pdl_begin();
   const int pitch = hd + 4;
   const float* src = a.partial + size_t(row) * a.splits * pitch;
-  const float sink = a.sinks[head];
   float M = sink;
   for (int s0 = 0; s0 < a.splits; s0 += 32) M = fmaxf(M, s0 + lane < a.splits ? src[size_t(s0 + lane) * pitch] : -INFINITY);
   M = warp_max(M);
@@ -311,7 +329,7 @@ __global__ void __launch_bounds__(128) combine_kernel(BatchDesc b, AttentionArgs
     o[c].z *= inv;
     o[c].w *= inv;
   }
-  rotate_store<NC>(o, hd, a.rope_dim, a.inv_freq, a.rope_scale, b.tok_pos[t], a.o + size_t(row) * hd);
+  rotate_store<NC>(o, hd, a.rope_dim, freq, a.rope_scale, b.tok_pos[t], a.o + size_t(row) * hd);
 }
 
 template <int HPW, int NC>

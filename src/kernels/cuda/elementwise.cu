@@ -39,7 +39,17 @@ __global__ void embed_kernel(const T* table, int D, const int* ids, int hc, floa
 }
 
 // One block per row; sum of squares in double (the reference accumulates in double).
+// The weights of rows up to kNormHeld values per thread load before pdl_wait (one memory round trip fewer after
+// the sum: a decode step's q_norm is one block on the critical path).
+constexpr int kNormHeld = 4;
 __global__ void rms_norm_kernel(const float* x, int dim, int ldx, const float* w, float eps, float* out, int ldo) {
+  const bool held = w && dim <= kNormHeld * int(blockDim.x);
+  float wv[kNormHeld];
+#pragma unroll
+  for (int u = 0; u < kNormHeld; ++u) {
+    const int i = threadIdx.x + u * blockDim.x;
+    wv[u] = held && i < dim ? w[i] : 0.0f;
+  }
   dev::pdl_begin();
   __shared__ double red[32];
   const float* xr = x + size_t(blockIdx.x) * ldx;
@@ -48,7 +58,15 @@ __global__ void rms_norm_kernel(const float* x, int dim, int ldx, const float* w
   for (int i = threadIdx.x; i < dim; i += blockDim.x) sum += double(xr[i]) * double(xr[i]);
   sum = block_sum(sum, red);
   const float s = float(1.0 / sqrt(sum / double(dim) + double(eps)));
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w ? xr[i] * s * w[i] : xr[i] * s;
+  if (held) {
+#pragma unroll
+    for (int u = 0; u < kNormHeld; ++u) {
+      const int i = threadIdx.x + u * blockDim.x;
+      if (i < dim) o[i] = xr[i] * s * wv[u];
+    }
+  } else {
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w ? xr[i] * s * w[i] : xr[i] * s;
+  }
 }
 
 // One rotated pair: (a c - b s, b c + a s), each product and sum rounded on its own (as the reference, and the
@@ -98,6 +116,10 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
   if (nw_held)
 #pragma unroll
     for (int u = 0; u < kRopeHeld; ++u) nw[u] = lane + 32 * u < head_dim ? norm_w[lane + 32 * u] : 0.0f;
+  const int half = rope_dim / 2;
+  float freq[kRopePairs];  // a constant table: also before pdl_wait
+#pragma unroll
+  for (int j = 0; j < kRopePairs; ++j) freq[j] = lane + 32 * j < half ? inv_freq[lane + 32 * j] : 0.0f;
   dev::pdl_begin();
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= T * heads) return;
@@ -105,13 +127,12 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
   float* v = x + size_t(t) * ld + size_t(h) * head_dim;
   // The rotation's double-precision cos/sin first (they depend on the position only), so that they overlap the
   // row's loads instead of following the norm: up to kRopePairs pairs per lane, the rest in the loop below.
-  const int half = rope_dim / 2;
   const float p = float(pos[t]);
   float rc[kRopePairs], rs[kRopePairs];
 #pragma unroll
   for (int j = 0; j < kRopePairs; ++j) {
     const int i = lane + 32 * j;
-    if (i < half) rope_cos_sin(p, inv_freq[i], attn_scale, inverse, &rc[j], &rs[j]);
+    if (i < half) rope_cos_sin(p, freq[j], attn_scale, inverse, &rc[j], &rs[j]);
   }
   if (norm_eps > 0.0f) {
     // Rows up to 32 * kHeld values are held in registers, all loaded before the sum (one memory latency);
@@ -213,6 +234,10 @@ __global__ void __launch_bounds__(256) rope_norm_fp8_kernel(float* x, int heads,
     const int i = threadIdx.x + kThreads * u;
     nw[u] = norm_w && i < head_dim ? norm_w[i] : 1.0f;
   }
+  const int half = rope_dim / 2;
+  float freq[2];  // warp 1's share of the constant table, also before pdl_wait (head_dim <= 512: half <= 256)
+#pragma unroll
+  for (int u = 0; u < 2; ++u) freq[u] = warp == 1 && lane + 32 * u < half ? inv_freq[lane + 32 * u] : 0.0f;
   dev::pdl_begin();
   const int t = blockIdx.x / heads, h = blockIdx.x % heads;
   float* v = x + size_t(t) * ld + size_t(h) * head_dim;
@@ -222,7 +247,6 @@ __global__ void __launch_bounds__(256) rope_norm_fp8_kernel(float* x, int heads,
     const int i = threadIdx.x + kThreads * u;
     val[u] = i < head_dim ? v[i] : 0.0f;
   }
-  const int half = rope_dim / 2;
   if (warp == 0) {  // the sum of squares in rope_kernel's order: lane-strided in double, then the warp's tree
     double sum = 0;
     for (int i = lane; i < head_dim; i += 32) sum += double(v[i]) * double(v[i]);
@@ -230,7 +254,12 @@ __global__ void __launch_bounds__(256) rope_norm_fp8_kernel(float* x, int heads,
     if (lane == 0) scale = float(1.0 / sqrt(sum / double(head_dim) + double(norm_eps)));
   } else if (warp == 1) {
     const float p = float(pos[t]);
-    for (int i = lane; i < half; i += 32) rope_cos_sin(p, inv_freq[i], attn_scale, inverse, &cs[0][i], &cs[1][i]);
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int i = lane + 32 * u;
+      if (i < half) rope_cos_sin(p, freq[u], attn_scale, inverse, &cs[0][i], &cs[1][i]);
+    }
+    for (int i = lane + 64; i < half; i += 32) rope_cos_sin(p, inv_freq[i], attn_scale, inverse, &cs[0][i], &cs[1][i]);
   }
   __syncthreads();
   const float s = scale;

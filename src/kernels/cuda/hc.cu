@@ -98,6 +98,19 @@ __global__ void __launch_bounds__(kFinishThreads)
       nw[q] = c < quads ? reinterpret_cast<const float4*>(norm_w)[c] : make_float4(0, 0, 0, 0);
     }
   }
+  // The pre/post/comb bases and scales, also weights: the collapse threads' pre terms, warp 0's post and comb.
+  float pre_base[HC], pre_scale = 0.0f, post_base = 0.0f, comb_base = 0.0f, post_scale = 0.0f, comb_scale = 0.0f;
+  if (warp > 0 && do_collapse) {
+    pre_scale = scale[0];
+#pragma unroll
+    for (int j = 0; j < HC; ++j) pre_base[j] = base[j];
+  }
+  if (warp == 0 && do_mix) {
+    post_scale = scale[1];
+    comb_scale = scale[2];
+    post_base = lane < HC ? base[HC + lane] : 0.0f;
+    comb_base = lane < HC * HC ? base[2 * HC + lane] : 0.0f;
+  }
   pdl_begin();
 
   // Every load in flight first: the split sums of this warp's mixes, and this thread's first pass of columns.
@@ -133,10 +146,10 @@ __global__ void __launch_bounds__(kFinishThreads)
   const float r = float(1.0 / sqrt(double(mixes[mix]) / double(HC * dim) + double(norm_eps)));
   if (warp == 0) {
     if (do_mix) {
-      if (lane < HC) post[size_t(t) * HC + lane] = 2.0f * sigmoidf(mixes[HC + lane] * r * scale[1] + base[HC + lane]);
+      if (lane < HC) post[size_t(t) * HC + lane] = 2.0f * sigmoidf(mixes[HC + lane] * r * post_scale + post_base);
       const bool act = lane < HC * HC;
       const int rr = act ? lane / HC : 0, kk = act ? lane % HC : 0;
-      const float v = act ? mixes[2 * HC + lane] * r * scale[2] + base[2 * HC + lane] : 0.0f;
+      const float v = act ? mixes[2 * HC + lane] * r * comb_scale + comb_base : 0.0f;
       cs[lane] = v;
       __syncwarp();
       float mx = -INFINITY;
@@ -178,7 +191,7 @@ __global__ void __launch_bounds__(kFinishThreads)
   // RMS norm. The first pass's columns stay in registers; longer rows go through shared memory.
   float pre[HC];
 #pragma unroll
-  for (int j = 0; j < HC; ++j) pre[j] = sigmoidf(mixes[j] * r * scale[0] + base[j]) + hc_eps;
+  for (int j = 0; j < HC; ++j) pre[j] = sigmoidf(mixes[j] * r * pre_scale + pre_base[j]) + hc_eps;
   float4 col[kFinishQuads];
   double ss = 0;
   for (int c0 = 0; c0 < quads; c0 += pass) {
