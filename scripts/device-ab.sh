@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool), after scripts/device-prepare.sh here: A/B timing of the V4-Flash decode layer
+# (`bench_gpu_ops layer`, MXFP4 experts, batch 1 / 8 / 32) under environment settings, in interleaved rounds within
+# one call (the batch-1 figure moves by a few us between calls; within a call repeats agree to about 1.5 us).
+# Usage: bash scripts/device-ab.sh --prebuilt .device-bin.tar.xz [--rounds N] NAME=ENV=VALUE[,ENV=VALUE...] ...
+#   e.g. bash scripts/device-ab.sh --prebuilt .device-bin.tar.xz base chain_off=MOESERVE_MOE_CHAIN=0
+#   A bare NAME runs with the environment as it is. Prints each config's runs and median; logs under $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+if [ "${1:-}" != "--prebuilt" ]; then echo "usage: $0 --prebuilt DIR|FILE.tar.xz [--rounds N] CONFIG..." >&2; exit 2; fi
+PREBUILT=$2
+shift 2
+ROUNDS=3
+if [ "${1:-}" = "--rounds" ]; then ROUNDS=$2; shift 2; fi
+if [ $# -eq 0 ]; then set -- base; fi
+if [[ "$PREBUILT" == *.tar.xz ]]; then
+  rm -rf build-prebuilt && mkdir -p build-prebuilt && tar xJf "$PREBUILT" -C build-prebuilt
+  PREBUILT=build-prebuilt
+fi
+BIN=$PWD/$PREBUILT
+export LD_LIBRARY_PATH=$BIN:${LD_LIBRARY_PATH:-}
+src=$(cat "$BIN/source_dir" 2>/dev/null || true)
+if [ -n "$src" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
+
+declare -A runs
+for ((r = 1; r <= ROUNDS; ++r)); do
+  for cfg in "$@"; do
+    name=${cfg%%=*}
+    settings=""
+    [[ "$cfg" == *=* ]] && settings=${cfg#*=}
+    IFS=',' read -r -a envs <<<"$settings"
+    log="$OUT/ab_${name//[^A-Za-z0-9_]/_}.log"
+    env "${envs[@]}" "$BIN/bench_gpu_ops" layer >>"$log" 2>&1
+    # One run's B=1, B=8, B=32 us per layer (MXFP4 experts).
+    line=$(grep -E 'mxfp4 \(W4A8\) experts \| B=(1|8|32) ' "$log" | tail -3 | awk -F'|' '{printf "%s/", $4}' | tr -d ' ')
+    runs[$name]="${runs[$name]:-} ${line%/}"
+  done
+done
+echo "== device-ab ($(date -u +%F), $ROUNDS rounds): us per V4-Flash layer, MXFP4 experts, B=1/B=8/B=32 per run"
+for cfg in "$@"; do
+  name=${cfg%%=*}
+  med=$(for v in ${runs[$name]}; do echo "${v%%/*}"; done | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
+  printf "%-16s B=1 median %8s us   runs:%s\n" "$name" "$med" "${runs[$name]}"
+done
