@@ -15,14 +15,9 @@ shift 2
 ROUNDS=3
 if [ "${1:-}" = "--rounds" ]; then ROUNDS=$2; shift 2; fi
 if [ $# -eq 0 ]; then set -- base; fi
-if [[ "$PREBUILT" == *.tar.xz ]]; then
-  rm -rf build-prebuilt && mkdir -p build-prebuilt && tar xJf "$PREBUILT" -C build-prebuilt
-  PREBUILT=build-prebuilt
-fi
-BIN=$PWD/$PREBUILT
-export LD_LIBRARY_PATH=$BIN:${LD_LIBRARY_PATH:-}
-src=$(cat "$BIN/source_dir" 2>/dev/null || true)
-if [ -n "$src" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
+# shellcheck source=scripts/prebuilt-env.sh
+source scripts/prebuilt-env.sh
+use_prebuilt "$PREBUILT"
 
 declare -A runs
 for ((r = 1; r <= ROUNDS; ++r)); do

@@ -15,16 +15,10 @@ export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 start=$(date +%s)
 BIN=build-device
-if [ -n "$PREBUILT" ] && [[ "$PREBUILT" == *.tar.xz ]]; then  # packed by device-prepare.sh
-  rm -rf build-prebuilt && mkdir -p build-prebuilt && tar xJf "$PREBUILT" -C build-prebuilt
-  PREBUILT=build-prebuilt
-fi
 if [ -n "$PREBUILT" ]; then
-  BIN=$PREBUILT
-  export LD_LIBRARY_PATH=$PWD/$PREBUILT:${LD_LIBRARY_PATH:-}
-  # The binaries find fixtures through the source path they were built in.
-  src=$(cat "$BIN/source_dir" 2>/dev/null || true)
-  if [ -n "$src" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
+  # shellcheck source=scripts/prebuilt-env.sh
+  source scripts/prebuilt-env.sh
+  use_prebuilt "$PREBUILT"
 else
   cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DMOESERVE_CUDA=ON >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
   cmake --build build-device -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -40; exit 1; }

@@ -16,14 +16,9 @@ mkdir -p "$OUT"
 if [ "${1:-}" != "--prebuilt" ]; then echo "usage: $0 --prebuilt DIR|FILE.tar.xz WHAT..." >&2; exit 2; fi
 PREBUILT=$2
 shift 2
-if [[ "$PREBUILT" == *.tar.xz ]]; then
-  rm -rf build-prebuilt && mkdir -p build-prebuilt && tar xJf "$PREBUILT" -C build-prebuilt
-  PREBUILT=build-prebuilt
-fi
-BIN=$PWD/$PREBUILT
-export LD_LIBRARY_PATH=$BIN:${LD_LIBRARY_PATH:-}
-src=$(cat "$BIN/source_dir" 2>/dev/null || true)
-if [ -n "$src" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
+# shellcheck source=scripts/prebuilt-env.sh
+source scripts/prebuilt-env.sh
+use_prebuilt "$PREBUILT"
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 NSYS_HOME=$(ls -d /opt/nvidia/nsight-compute/*/host 2>/dev/null | tail -1)
 NSYS=$NSYS_HOME/target-linux-x64/nsys

@@ -1,0 +1,16 @@
+# Sourced by the device scripts: use_prebuilt DIR|FILE.tar.xz unpacks binaries made by scripts/device-prepare.sh
+# (a .tar.xz into build-prebuilt/), sets BIN to their absolute directory and LD_LIBRARY_PATH to find the Debian
+# libraries packed beside them, and links the source path they were built in to this tree (the binaries find
+# fixtures through it). Run from the repository root.
+use_prebuilt() {
+  local dir=$1
+  if [[ "$dir" == *.tar.xz ]]; then
+    rm -rf build-prebuilt && mkdir -p build-prebuilt && tar xJf "$dir" -C build-prebuilt
+    dir=build-prebuilt
+  fi
+  BIN=$(cd "$dir" && pwd)
+  export LD_LIBRARY_PATH=$BIN:${LD_LIBRARY_PATH:-}
+  local src
+  src=$(cat "$BIN/source_dir" 2>/dev/null || true)
+  if [ -n "$src" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
+}
