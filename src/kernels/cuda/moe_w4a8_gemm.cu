@@ -263,7 +263,8 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   // by all warps at once (a chunk per warp, its counts loaded up front), then each thread adds the earlier
   // chunks' totals to its experts: two short chains instead of one warp's sixteen dependent scans.
   {
-    constexpr int kChunks = kMaxExperts / 32, kPerWarp = (kChunks + 3) / 4;  // >= 4 warps per CTA
+    constexpr int kChunks = kMaxExperts / 32, kPerWarp = (kChunks + 3) / 4;
+    static_assert(C::kThreads >= 4 * 32, "the scan's chunks need at least 4 warps");
     __shared__ int chunk_items[kChunks], chunk_rows[kChunks];
     const int nwarps = int(blockDim.x) / 32, nchunks = (p.E + 31) / 32;
     int c_of[kPerWarp];
