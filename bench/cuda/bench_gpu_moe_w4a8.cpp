@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/runtime.h"
+#include "model/routing_histogram.h"
 
 namespace moeserve::bench_moe_w4a8 {
 
@@ -38,6 +40,18 @@ int lt_gemm_fp8_block(LtGemm* g, const uint8_t* x, const float* x_scales, const 
   } catch (const std::exception& e) {
     *error = e.what();
     return -1;
+  }
+}
+
+// The load shares of E experts (largest first) from a routing histogram file (model/routing_histogram.h); false
+// with *error when the file cannot be read or is not a histogram.
+bool recorded_load_shares(const std::string& path, int E, std::vector<double>* shares, std::string* error) {
+  try {
+    *shares = model::expert_load_shares(model::RoutingHistogram::load(path), E);
+    return true;
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return false;
   }
 }
 

@@ -7,13 +7,15 @@
 // cuda::Blas::gemm_fp8_block (fp32 out), from the host half of this bench, bench_gpu_moe_w4a8.cpp.
 //
 //   bench_gpu_moe_w4a8 [--quick] [--tune FILE] [--out DIR] [--profile] [--peer-only] [--shape NAME]
-//                      [--decode LIST] [--prefill LIST]
+//                      [--decode LIST] [--prefill LIST] [--routing FILE]
 //     --tune FILE  sweep every tile config for every shape / token count / routing and write the dispatch table
 //                  (src/kernels/cuda/moe_w4a8_dispatch_table.inc format) to FILE
 //     --profile    one decode and one prefill launch of each kernel only (for ncu)
 //     --peer-only  time the cuBLASLt peer only (no W4A8 timing, no tuning, no glue kernels)
 //     --shape NAME one shape only (pro_w13, pro_w2, flash_w13, flash_w2)
 //     --decode / --prefill LIST  the token counts of that phase, e.g. 1,4 ("-": none)
+//     --routing FILE  also route with a recorded run's load shares (`moeserve generate --routing-histogram FILE`,
+//                  model/routing_histogram.h: each scored layer's sorted expert shares, resampled to the shape's E)
 //
 // Decode (1..256 tokens, masked layout, cap = tokens): achieved weight-read bandwidth = bytes of the touched
 // experts' FP4 weights and E8M0 scales / time, against 4.28 TB/s. Prefill (4K..32K tokens, contiguous layout):
@@ -24,8 +26,9 @@
 // decode bandwidth counts its own bytes (both byte counts per expert are printed per shape); its prefill TFLOP/s
 // counts the same useful FLOPs (rows it pads are not counted). Its output is fp32 (the wrapper's), W4A8's bf16.
 // Where cuBLASLt has no algorithm for an expert's row count n, the peer pads n to 16, then 128 rows, and says so.
-// Row-count buckets for the tuner come from top-6 routing of uniform and Zipf(1.1) token->expert
-// distributions (no routing histograms of real runs are available here).
+// Row-count buckets for the tuner come from top-6 routing of uniform and Zipf(1.1) token->expert distributions,
+// and with --routing FILE from a recorded run's load shares (no V4 run has been recorded yet: the demo model's
+// is the only one available here).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -55,6 +58,7 @@ void lt_gemm_destroy(LtGemm* g);
 // for the shape (nothing enqueued), -1 cuBLASLt failed (*error).
 int lt_gemm_fp8_block(LtGemm* g, const uint8_t* x, const float* x_scales, const uint8_t* w, const float* w_scales,
                       float* y, int M, int N, int K, cudaStream_t stream, std::string* error);
+bool recorded_load_shares(const std::string& path, int E, std::vector<double>* shares, std::string* error);
 }  // namespace moeserve::bench_moe_w4a8
 
 namespace {
@@ -116,10 +120,10 @@ const Shape kShapes[] = {
     {"flash_w2", 256, 4096, 2048},
 };
 
-// Top-6 distinct experts per token, uniform or Zipf(1.1) over a random permutation of the experts.
-std::vector<int> route_counts(std::mt19937& rng, int T, int E, bool zipf) {
-  std::vector<double> w(E);
-  for (int e = 0; e < E; ++e) w[e] = zipf ? 1.0 / std::pow(double(e + 1), 1.1) : 1.0;
+// Top-6 distinct experts per token, drawn with the experts' weights (uniform, Zipf(1.1), or a recorded run's load
+// shares: routing_weights) over a random permutation of the experts.
+std::vector<int> route_counts(std::mt19937& rng, int T, std::vector<double> w) {
+  const int E = int(w.size());
   std::shuffle(w.begin(), w.end(), rng);
   std::discrete_distribution<int> pick(w.begin(), w.end());
   std::vector<int> counts(E, 0);
@@ -356,7 +360,7 @@ int bucket_of(int expected) {
 
 int main(int argc, char** argv) {
   bool quick = false, profile = false, peer_only = false;
-  std::string tune_file, out_dir, only_shape, decode_list, prefill_list;
+  std::string tune_file, out_dir, only_shape, decode_list, prefill_list, routing_file;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
@@ -367,9 +371,18 @@ int main(int argc, char** argv) {
     else if (a == "--shape" && i + 1 < argc) only_shape = argv[++i];
     else if (a == "--decode" && i + 1 < argc) decode_list = argv[++i];
     else if (a == "--prefill" && i + 1 < argc) prefill_list = argv[++i];
+    else if (a == "--routing" && i + 1 < argc) routing_file = argv[++i];
     else {
       std::fprintf(stderr, "bench_gpu_moe_w4a8: unknown argument '%s' (see the usage at the top of the source)\n",
                    a.c_str());
+      return 2;
+    }
+  }
+  if (!routing_file.empty()) {  // a bad file is an error with or without a GPU
+    std::vector<double> probe;
+    std::string error;
+    if (!lt::recorded_load_shares(routing_file, 8, &probe, &error)) {
+      std::fprintf(stderr, "bench_gpu_moe_w4a8: --routing %s: %s\n", routing_file.c_str(), error.c_str());
       return 2;
     }
   }
@@ -390,6 +403,25 @@ int main(int argc, char** argv) {
   else
     std::printf("peer cublasLt-fp8: unavailable (%s)\n", lt.error.c_str());
   std::mt19937 rng(12345);
+  // Routings: uniform and Zipf(1.1) always; with --routing FILE also a recorded run's load shares.
+  std::vector<std::string> routings = {"uniform", "zipf"};
+  if (!routing_file.empty()) routings.push_back("recorded");
+  std::map<int, std::vector<double>> recorded_shares;  // by expert count
+  auto routing_weights = [&](const std::string& kind, int E) {
+    std::vector<double> w(E, 1.0);
+    if (kind == "zipf")
+      for (int e = 0; e < E; ++e) w[e] = 1.0 / std::pow(double(e + 1), 1.1);
+    if (kind == "recorded") {
+      auto it = recorded_shares.find(E);
+      if (it == recorded_shares.end()) {
+        std::string error;
+        if (!lt::recorded_load_shares(routing_file, E, &w, &error)) std::abort();  // the file was read above
+        it = recorded_shares.emplace(E, w).first;
+      }
+      w = it->second;
+    }
+    return w;
+  };
 
   std::vector<int> decode_T = {1, 4, 16, 64, 128, 256};
   std::vector<int> prefill_T = {4096, 16384, 32768};
@@ -445,13 +477,15 @@ int main(int argc, char** argv) {
         fill_float(sa, size_t(K / 128) * sa_ld, 0.125f);
         cuda::MoeW4A8Input in{a, sa, rows, sa_ld};
         const int expected = std::max(1, (T * kTopk + E - 1) / E);
-        for (int zipf = 0; zipf < 2; ++zipf) {
+        for (size_t rk = 0; rk < routings.size(); ++rk) {
+          const char* routing = routings[rk].c_str();
+          const std::vector<double> weights = routing_weights(routings[rk], E);
           const int nsets = decode ? R : 1;
           std::vector<std::vector<int>> sets;
           std::vector<int*> dcounts;
           double touched = 0;
           for (int s = 0; s < nsets; ++s) {
-            sets.push_back(route_counts(rng, T, E, zipf));
+            sets.push_back(route_counts(rng, T, weights));
             int* dc = dalloc<int>(E);
             CK(cudaMemcpy(dc, sets.back().data(), E * sizeof(int), cudaMemcpyHostToDevice));
             dcounts.push_back(dc);
@@ -490,7 +524,7 @@ int main(int argc, char** argv) {
           };
           const int pick = cuda::moe_w4a8_pick_config(E, N, K, expected);
           if (profile) {  // one plain launch of each kernel, for ncu
-            if (zipf == 0) {
+            if (rk == 0) {
               if (!peer_only)
                 CK(decode ? cuda::moe_grouped_gemm_w4a8_masked(W, in, dcounts[0], cap, y, cuda::MoeOutType::BF16,
                                                                 expected, pick, stream)
@@ -504,7 +538,7 @@ int main(int argc, char** argv) {
             free_sets();
             continue;
           }
-          Result res{sh.name, decode ? "decode" : "prefill", zipf ? "zipf" : "uniform", T, 0, 0, 0, "", "", 0, 0, 0, 0, 0, 0};
+          Result res{sh.name, decode ? "decode" : "prefill", routing, T, 0, 0, 0, "", "", 0, 0, 0, 0, 0, 0};
           if (!peer_only) res.pick_ms = run(pick, reps);
           res.pick_cfg = cuda::moe_w4a8_config(pick).name;
           res.best_ms = res.pick_ms;
@@ -529,7 +563,7 @@ int main(int argc, char** argv) {
             std::string line;  // every timed config of this case, for reading the sweep
             for (size_t c = 0; c < t.size(); ++c)
               if (t[c] < 1e29) line += std::string(" ") + cuda::moe_w4a8_config(int(c)).name + "=" + fmt_us(t[c] * 1e3);
-            std::printf("  sweep %s %s %s T=%d:%s\n", sh.name, decode ? "decode" : "prefill", zipf ? "zipf" : "uniform",
+            std::printf("  sweep %s %s %s T=%d:%s\n", sh.name, decode ? "decode" : "prefill", routing,
                         T, line.c_str());
             auto& acc = tune_acc[{sh.name, bucket_of(expected)}];
             acc.resize(t.size(), 0.0);
@@ -654,7 +688,9 @@ int main(int argc, char** argv) {
     std::string table =
         "// Generated by `bench_gpu_moe_w4a8 --tune` (bench/cuda/bench_gpu_moe_w4a8.cu); do not edit by hand.\n"
         "// {gpu name, E, N, K, largest expected rows per active expert of the bucket, config name}; buckets from\n"
-        "// top-6 routing of uniform and Zipf(1.1) token->expert distributions, expected rows = ceil(6T/E).\n";
+        "// top-6 routing of uniform and Zipf(1.1) token->expert distributions" +
+        std::string(routing_file.empty() ? "" : " and a recorded run's load shares (" + routing_file + ")") +
+        ", expected rows = ceil(6T/E).\n";
     for (const Shape& sh : kShapes) {
       std::vector<std::pair<int, std::string>> rows;
       for (const auto& [key, acc] : tune_acc) {

@@ -30,6 +30,7 @@ struct GenerateArgs {
   bool ignore_eos = false, cuda_graphs = false;
   std::string speculative_algorithm;
   int64_t speculative_steps = 3;
+  std::string routing_histogram;  // --routing-histogram FILE
 };
 
 // Speculative decoding runs in the batched engine (one request here).
@@ -74,6 +75,8 @@ int run_generate(const GenerateArgs& a) {
   const std::string dir = a.model.empty() ? model::builtin_model_dir() : a.model;
   check(a.device == "cuda" || (a.cuda_kernels.empty() && !a.cuda_graphs),
         "--cuda-kernels and --cuda-graph apply to --device cuda only (the CPU engine is the reference)");
+  check(a.routing_histogram.empty() || a.device == "cpu",
+        "--routing-histogram records in the reference engine: use it with --device cpu");
   const engine::CudaRunOptions cuda_run{a.cuda_kernels != "fast", a.cuda_graphs};
   if (a.load_format == "dummy") {  // random weights of the config's shapes, created on the GPU (performance work)
     check(a.device == "cuda", "--load-format dummy runs on the GPU only; add --device cuda");
@@ -94,6 +97,11 @@ int run_generate(const GenerateArgs& a) {
   }
   check(a.num_layers == 0, "--num-layers is for --load-format dummy");
   auto model = model::Model::load(dir);
+  model::RoutingHistogram routing;
+  if (!a.routing_histogram.empty()) {
+    routing.model = dir;
+    model->record_routing(&routing);
+  }
   std::optional<server::Tokenizer> tokenizer;
   if (fs::exists(fs::path(dir) / "tokenizer.json")) tokenizer = server::Tokenizer::load(dir);
 
@@ -129,6 +137,10 @@ int run_generate(const GenerateArgs& a) {
   }
 
   if (!a.dump_logits.empty()) io::save_safetensors(a.dump_logits, {{"logits", r.logits}});
+  if (!a.routing_histogram.empty()) {
+    model->record_routing(nullptr);
+    routing.save(a.routing_histogram);
+  }
   nlohmann::json out;
   out["output_ids"] = r.output_ids;
   out["prompt_tokens"] = prompt.size();
@@ -163,6 +175,9 @@ CommandRegistration registration{{"generate", "generate tokens with the referenc
       ->check(CLI::IsMember({"exact", "fast"}));
   app.add_option("--speculative-algorithm", a->speculative_algorithm, "speculative decoding: mtp (off when absent)");
   app.add_option("--speculative-num-steps", a->speculative_steps, "MTP draft steps per verify")->check(CLI::Range(1, 16));
+  app.add_option("--routing-histogram", a->routing_histogram,
+                 "with --device cpu: write the MoE layers' expert counts of this run to this JSON file (for "
+                 "bench_gpu_moe_w4a8 --routing)");
   return [a] { return run_generate(*a); };
 }}};
 

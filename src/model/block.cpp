@@ -63,7 +63,7 @@ void run_block(const BlockContext& ctx, int64_t layer, const io::LayerSpec& spec
   auto ffn_hc = hc_params(c, w.hc_ffn);
   kernels::cpu::hc_pre(ffn_hc, h, T, collapsed.data(), post.data(), comb.data());
   kernels::cpu::rms_norm(collapsed.data(), T, D, w.ffn_norm.f32(), eps);
-  moe_forward(ctx, spec, w.ffn, collapsed.data(), out.data());
+  moe_forward(ctx, layer, spec, w.ffn, collapsed.data(), out.data());
   kernels::cpu::hc_post(ffn_hc, h, T, out.data(), post.data(), comb.data());
 }
 

@@ -14,6 +14,8 @@
 
 namespace moeserve::model {
 
+struct RoutingHistogram;  // model/routing_histogram.h
+
 struct Segment {
   cache::SequenceKv* seq = nullptr;
   int64_t begin = 0;      // first row in the batch
@@ -41,6 +43,7 @@ struct BlockContext {
   const std::vector<int64_t>* positions = nullptr;  // [T]
   const std::vector<int32_t>* token_ids = nullptr;  // [T], for hash routing
   int64_t tokens = 0;
+  RoutingHistogram* routing = nullptr;  // records each MoE layer's chosen experts when set
 };
 
 BlockContext block_context(const io::ModelConfig& config, const kernels::cpu::RopeTable& rope_main,
@@ -53,7 +56,8 @@ void run_block(const BlockContext& ctx, int64_t layer, const io::LayerSpec& spec
 // Attention sub-block: x [T, D] (normed block input) -> out [T, D].
 void attention_forward(const BlockContext& ctx, int64_t layer, const io::LayerSpec& spec, const AttentionWeights& w,
                        const float* x, float* out);
-// MoE sub-block: x [T, D] -> out [T, D].
-void moe_forward(const BlockContext& ctx, const io::LayerSpec& spec, const MoeWeights& w, const float* x, float* out);
+// MoE sub-block of layer `layer`: x [T, D] -> out [T, D].
+void moe_forward(const BlockContext& ctx, int64_t layer, const io::LayerSpec& spec, const MoeWeights& w, const float* x,
+                 float* out);
 
 }  // namespace moeserve::model

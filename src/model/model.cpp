@@ -65,6 +65,7 @@ ForwardResult Model::forward(cache::KvCache& cache, const std::vector<ForwardReq
       std::copy_n(weights_.embed.f32() + int64_t(ids[size_t(t)]) * D, D, h.f32() + (t * hc + j) * D);
 
   BlockContext ctx = block_context(c, rope_main_, rope_compress_, numerics, cache, batch);
+  ctx.routing = routing_;
   for (int64_t l = 0; l < c.num_layers; ++l) run_block(ctx, l, c.layers[size_t(l)], weights_.layers[size_t(l)], h.f32());
 
   // Rows that need logits (and, for MTP drafting, their final hc streams).

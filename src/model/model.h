@@ -12,6 +12,7 @@
 #include "io/model_config.h"
 #include "kernels/cpu/rope.h"
 #include "model/numerics.h"
+#include "model/routing_histogram.h"
 #include "model/weights.h"
 
 namespace moeserve::model {
@@ -67,10 +68,14 @@ class Model {
   const kernels::cpu::RopeTable& rope_main() const { return rope_main_; }
   const kernels::cpu::RopeTable& rope_compress() const { return rope_compress_; }
 
+  // Every later forward (not the MTP layer's) adds its MoE layers' chosen experts to `h` (null: stop).
+  void record_routing(RoutingHistogram* h) { routing_ = h; }
+
  private:
   io::ModelConfig config_;
   ModelWeights weights_;
   kernels::cpu::RopeTable rope_main_, rope_compress_;
+  RoutingHistogram* routing_ = nullptr;
 };
 
 }  // namespace moeserve::model

@@ -12,6 +12,7 @@
 #include "kernels/cpu/matmul.h"
 #include "model/block.h"
 #include "model/linear.h"
+#include "model/routing_histogram.h"
 
 namespace moeserve::model {
 
@@ -60,7 +61,8 @@ void expert_ffn(const ExpertWeights& w, const float* x, int64_t rows, float limi
 
 }  // namespace
 
-void moe_forward(const BlockContext& ctx, const io::LayerSpec& spec, const MoeWeights& w, const float* x, float* out) {
+void moe_forward(const BlockContext& ctx, int64_t layer, const io::LayerSpec& spec, const MoeWeights& w, const float* x,
+                 float* out) {
   const io::ModelConfig& c = *ctx.config;
   const int64_t T = ctx.tokens, D = c.hidden_size, E = c.n_routed_experts, K = c.experts_per_token;
   const float limit = float(c.swiglu_limit);
@@ -90,6 +92,8 @@ void moe_forward(const BlockContext& ctx, const io::LayerSpec& spec, const MoeWe
       v *= float(c.routed_scaling_factor);
     }
   }
+
+  if (ctx.routing) ctx.routing->add(layer, spec.hash_moe, E, chosen.data(), T, K);
 
   // Shared expert over every token.
   expert_ffn(w.shared, x, T, limit, nullptr, ctx.numerics, out);

@@ -1,6 +1,8 @@
 // `moeserve generate` per the CLI contract: one JSON object with output_ids; --dump-logits; clean failures.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
@@ -72,6 +74,29 @@ TEST(GenerateCli, CudaOnlyFlagsNamedOnTheCpu) {
   r = run_moeserve("serve --cuda-kernels fast --port 0");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.err.find("--cuda-kernels applies to --device cuda only"), std::string::npos) << r.err;
+}
+
+// --routing-histogram: the run's expert counts per MoE layer, in the file the W4A8 tuner reads; CPU only.
+TEST(GenerateCli, RoutingHistogramOfTheRun) {
+  testing::TempDir dir;
+  const std::string base = "generate --model " + testing::model_fixture("tiny_hf") + " --prompt-ids 1,2,3 --max-new-tokens 2";
+  auto r = run_moeserve(base + " --routing-histogram " + dir.file("routing.json"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json h = nlohmann::json::parse(std::ifstream(dir.file("routing.json")));
+  ASSERT_TRUE(h["layers"].is_array());
+  ASSERT_FALSE(h["layers"].empty());
+  const int64_t k = h["experts_per_token"].get<int64_t>();
+  for (const nlohmann::json& l : h["layers"]) {
+    EXPECT_EQ(l["tokens"].get<int64_t>(), 4);  // 3 prompt tokens, then 1 generated token fed back
+    int64_t sum = 0;
+    for (const nlohmann::json& c : l["counts"]) sum += c.get<int64_t>();
+    EXPECT_EQ(sum, 4 * k);
+  }
+  r = run_moeserve(base + " --device cuda --routing-histogram " + dir.file("x.json"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("--routing-histogram records in the reference engine: use it with --device cpu"),
+            std::string::npos)
+      << r.err;
 }
 
 }  // namespace
