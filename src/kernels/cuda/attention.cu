@@ -8,6 +8,8 @@
 // for the output each lane owns float4 columns of the value rows. Splits (flash-decoding) keep the chip busy
 // for a single decode token; a combine kernel adds the sink, normalises and de-rotates. With one split the
 // block finishes itself.
+#include <cstdlib>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -378,10 +380,21 @@ int heads_per_warp(int H, int T, int max_keys) {
 
 }  // namespace
 
+// Keys per split at least (MOESERVE_ATTN_SPLIT_KEYS, default one tile): fewer, longer splits trade the blocks in
+// flight for the combine's work, for A/B timing of short contexts (a C128 layer's 160 keys in 4 splits of 40).
+static int min_split_keys() {
+  static const int n = [] {
+    const char* e = std::getenv("MOESERVE_ATTN_SPLIT_KEYS");
+    const int v = e ? std::atoi(e) : 0;
+    return v > kTile ? v : kTile;
+  }();
+  return n;
+}
+
 int attention_splits(int T, int H, int max_keys) {
   const int hb = kWarps * heads_per_warp(H, T, max_keys);
   const int base = T * (H / hb);
-  const int max_splits = (max_keys + kTile - 1) / kTile;
+  const int max_splits = (max_keys + min_split_keys() - 1) / min_split_keys();
   int splits = (264 + base - 1) / base;  // about two blocks per multiprocessor
   return splits < 1 ? 1 : splits > max_splits ? (max_splits < 1 ? 1 : max_splits) : splits;
 }
