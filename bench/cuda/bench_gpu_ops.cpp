@@ -160,6 +160,54 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
   }
 }
 
+// Weights of N x K per problem (FP8 with per-row 128-block scales, scale_ld sld; or BF16), problems packed one after
+// another.
+void set_weights(cuda::GemvArgs& a, cuda::WeightType type, const void* w, const float* row_scale, int N, int K,
+                 int sld) {
+  a.wtype = type;
+  a.w = w;
+  a.row_scale = row_scale;
+  a.N = N;
+  a.K = K;
+  a.scale_ld = sld;
+  a.w_stride = (long long)N * K;
+  a.scale_stride = (long long)N * sld;
+}
+
+// G problems of N x K FP8 weights in one launch, each on its own K-slice of the input row and writing its own N
+// columns: the grouped low-rank output projection wo_a as the engine runs it for FP8 checkpoints (GpuModel::attention).
+void bench_grouped_linear(const std::string& model, const std::string& name, int G, int N, int K,
+                          const std::vector<int>& Ms) {
+  if (!want("linear")) return;
+  const size_t wbytes = size_t(G) * N * K;
+  Pool w(wbytes, 2, 448.0f);
+  const int sld = (K + 127) / 128;
+  auto rs = floats(size_t(G) * N * sld, 1e-3f);
+  for (int M : Ms) {
+    auto x = floats(size_t(M) * G * K);
+    auto y = floats(size_t(M) * G * N);
+    const double bytes = double(wbytes) + double(M) * G * K * 4 + double(M) * G * N * 4;
+    const double flops = 2.0 * M * G * double(N) * K;
+    const std::string shape = model + " " + name + " M=" + std::to_string(M) + " " + std::to_string(G) + "x" +
+                              std::to_string(N) + "x" + std::to_string(K);
+    cuda::GemvArgs a;
+    set_weights(a, cuda::WeightType::FP8, nullptr, static_cast<float*>(rs.data()), N, K, sld);  // w rotates below
+    a.x = static_cast<float*>(x.data());
+    a.ldx = G * K;
+    a.x_stride = K;
+    a.y = static_cast<float*>(y.data());
+    a.ldy = G * N;
+    a.y_stride = N;
+    a.M = M;
+    a.problems = G;
+    const double us = time_us([&](int i) {
+      a.w = w.get(i);
+      MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
+    });
+    report("gemv fp8 grouped (fp32 act)", shape, us, bytes, flops, kFp32, true);
+  }
+}
+
 // ---------------------------------------------------------------------------------------- attention side
 struct Batch {
   cuda::DeviceArray<int> meta;
@@ -326,14 +374,8 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
     MOESERVE_CUDA_CHECK(cuda::moe_group(chosen.data(), static_cast<float*>(wts.data()), T, K, E, nullptr, ge, ge + E,
                                         ge + 2 * E, ge + 3 * E, ros.data(), tor.data(), static_cast<float*>(wor.data()), st));
     cuda::GemvArgs a;
-    a.wtype = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
-    a.w = W13.data();
-    a.row_scale = static_cast<float*>(rs1.data());
-    a.N = 2 * I;
-    a.K = D;
-    a.scale_ld = sld1;
-    a.w_stride = (long long)2 * I * D;
-    a.scale_stride = (long long)2 * I * sld1;
+    const cuda::WeightType type = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
+    set_weights(a, type, W13.data(), static_cast<float*>(rs1.data()), 2 * I, D, sld1);
     a.x = static_cast<float*>(x.data());
     a.ldx = D;
     a.y = static_cast<float*>(h13.data());
@@ -349,13 +391,7 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
     MOESERVE_CUDA_CHECK(cuda::swiglu(static_cast<float*>(h13.data()), TK, nullptr, I, 10.0f, static_cast<float*>(wor.data()),
                                      static_cast<float*>(act.data()), st));
     cuda::GemvArgs b = a;
-    b.w = W2.data();
-    b.row_scale = static_cast<float*>(rs2.data());
-    b.N = D;
-    b.K = I;
-    b.scale_ld = sld2;
-    b.w_stride = (long long)D * I;
-    b.scale_stride = (long long)D * sld2;
+    set_weights(b, type, W2.data(), static_cast<float*>(rs2.data()), D, I, sld2);
     b.x = static_cast<float*>(act.data());
     b.ldx = I;
     b.y = static_cast<float*>(y.data());
@@ -516,6 +552,7 @@ int main(int argc, char** argv) {
     bench_linear(l.model, l.name, l.N, l.K, true, blas, dec);
   }
   bench_linear("flash", "wo_a group (bf16)", 1024, 4096, false, blas, dec);
+  bench_grouped_linear("flash", "wo_a (fp8, 8 groups)", 8, 1024, 4096, {1, 8});
   bench_linear("flash", "compressor C4 (bf16)", 2048, 4096, false, blas, {1, 8, 32});
   bench_linear("flash", "head (bf16)", 129280, 4096, false, blas, {1, 8});
   for (int M : {4096, 16384, 32768}) {  // prefill GEMMs through cuBLASLt
