@@ -176,6 +176,14 @@ __device__ __forceinline__ void pdl_begin() {
   pdl_release();
 }
 
+// acc plus column d of token t's K expert rows, rows[row_of_slot[t * K + j]], added in slot order: moe_combine's
+// sum, also folded into hc_post_mix (the same order keeps the two bit for bit).
+__device__ __forceinline__ float add_expert_rows(float acc, const float* rows, const int* row_of_slot, int t, int K,
+                                                 int D, int d) {
+  for (int j = 0; j < K; ++j) acc += rows[size_t(row_of_slot[t * K + j]) * D + d];
+  return acc;
+}
+
 // Asks L2 to fetch [p, p + bytes) (16-byte aligned, a multiple of 16 bytes) without waiting for it.
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");

@@ -287,8 +287,7 @@ __global__ void __launch_bounds__(kMixThreads)
 #pragma unroll
   for (int j = 0; j < HC; ++j) old[j] = active ? ht[size_t(j) * dim + d] : 0.0f;
   float yv = active ? y[size_t(t) * dim + d] : 0.0f;
-  if (add.rows && active)
-    for (int j = 0; j < add.K; ++j) yv += add.rows[size_t(add.row_of_slot[t * add.K + j]) * dim + d];
+  if (add.rows && active) yv = add_expert_rows(yv, add.rows, add.row_of_slot, t, add.K, dim, d);
   const float* c = comb + size_t(t) * HC * HC;
   float acc = post[size_t(t) * HC + k] * yv;
 #pragma unroll

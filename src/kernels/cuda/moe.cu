@@ -83,9 +83,7 @@ __global__ void combine_kernel(const float* y, int D, const int* row_of_slot, in
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(T) * D) return;
   const int t = int(i / D), d = int(i % D);
-  float acc = out[i];
-  for (int k = 0; k < K; ++k) acc += y[size_t(row_of_slot[t * K + k]) * D + d];
-  out[i] = acc;
+  out[i] = add_expert_rows(out[i], y, row_of_slot, t, K, D, d);
 }
 
 }  // namespace

@@ -228,35 +228,43 @@ __global__ void gather_quant_kernel(const In* x, int D, const int* slot_of_row, 
 constexpr int kFusedRouteSlots = 256;
 constexpr int kRouteLogitsMaxTokens = 16;  // tokens the fused router's warps route (one pass of 16 warps)
 
+// The fused launches' body after the experts are known: place the S slots, block 0 writes the rows for the later
+// kernels, each block gathers and quantizes its own row.
 template <class In>
-__global__ void route_gather_quant_kernel(const int* topk_ids, int S, int E, const In* x, int D, int topk,
-                                          int* counts, int* row_of_slot, int* slot_of_row, uint8_t* a, float* sa,
-                                          int sa_ld) {
-  dev::pdl_begin();
+__device__ void place_gather_quant(const int* topk_ids, int S, int E, const In* x, int D, int topk, int* counts,
+                                   int* row_of_slot, int* slot_of_row, uint8_t* a, float* sa, int sa_ld) {
   __shared__ int s_row_of_slot[kFusedRouteSlots], s_slot_of_row[kFusedRouteSlots];
-  const int tid = threadIdx.x;
   route_small_batch(topk_ids, S, E, 0, blockIdx.x == 0 ? counts : nullptr, s_row_of_slot, s_slot_of_row);
   if (blockIdx.x == 0)
-    for (int s = tid; s < S; s += blockDim.x) {
+    for (int s = threadIdx.x; s < S; s += blockDim.x) {
       row_of_slot[s] = s_row_of_slot[s];
       slot_of_row[s] = s_slot_of_row[s];
     }
   gather_quant_row(x, D, s_slot_of_row[blockIdx.x], blockIdx.x, topk, a, sa, sa_ld);
 }
 
+template <class In>
+__global__ void route_gather_quant_kernel(const int* topk_ids, int S, int E, const In* x, int D, int topk,
+                                          int* counts, int* row_of_slot, int* slot_of_row, uint8_t* a, float* sa,
+                                          int sa_ld) {
+  dev::pdl_begin();
+  place_gather_quant(topk_ids, S, E, x, D, topk, counts, row_of_slot, slot_of_row, a, sa, sa_ld);
+}
+
 // ---- the router's choice + routing rows + gather + quantize in one launch (a decode step at batch <= 16) ----
 // Every block also routes every token itself (route.cuh, one warp per token) from the gate logits, into shared
 // memory, so that the route kernel's launch leaves the critical path; block 0 writes chosen and weights.
 template <int EPL>
-__global__ void __launch_bounds__(1024) route_logits_gather_quant_kernel(RouteLogits r, const float* x, int D, int* counts, int* row_of_slot,
-                                                 int* slot_of_row, uint8_t* a, float* sa, int sa_ld) {
+__global__ void __launch_bounds__(1024)
+    route_logits_gather_quant_kernel(RouteLogits r, const float* x, int D, int* counts, int* row_of_slot,
+                                     int* slot_of_row, uint8_t* a, float* sa, int sa_ld) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   float bv[EPL];
 #pragma unroll
   for (int i = 0; i < EPL; ++i) bv[i] = r.bias && lane + 32 * i < r.E ? r.bias[lane + 32 * i] : 0.0f;
   dev::pdl_begin();
   extern __shared__ float scores[];  // [warps][E]
-  __shared__ int s_chosen[kFusedRouteSlots], s_row_of_slot[kFusedRouteSlots], s_slot_of_row[kFusedRouteSlots];
+  __shared__ int s_chosen[kFusedRouteSlots];
   const int S = r.T * r.K;
   for (int t = warp; t < r.T; t += warps) {
     int pick[8];
@@ -274,13 +282,7 @@ __global__ void __launch_bounds__(1024) route_logits_gather_quant_kernel(RouteLo
       }
   }
   __syncthreads();
-  route_small_batch(s_chosen, S, r.E, 0, blockIdx.x == 0 ? counts : nullptr, s_row_of_slot, s_slot_of_row);
-  if (blockIdx.x == 0)
-    for (int s = threadIdx.x; s < S; s += blockDim.x) {
-      row_of_slot[s] = s_row_of_slot[s];
-      slot_of_row[s] = s_slot_of_row[s];
-    }
-  gather_quant_row(x, D, s_slot_of_row[blockIdx.x], blockIdx.x, r.K, a, sa, sa_ld);
+  place_gather_quant(s_chosen, S, r.E, x, D, r.K, counts, row_of_slot, slot_of_row, a, sa, sa_ld);
 }
 
 // ---- SwiGLU(clamp) * routing weight -> FP8 (one block per grouped row, 8 channels per thread) ----
