@@ -96,6 +96,7 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
         "CUDA backend: head_dim {} (rope {}) unsupported: head_dim <= 512, both multiples of 4", config_.head_dim,
         config_.rope_dim);
   if (const char* e = std::getenv("MOESERVE_BRANCHES"); e && std::string(e) == "0") options_.concurrent_branches = false;
+  if (const char* e = std::getenv("MOESERVE_MOE_CHAIN"); e && std::string(e) == "0") options_.moe_chain = false;
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&branch_ev_, cudaEventDisableTiming));
 }
 
@@ -709,16 +710,9 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
   if (combine) MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
 }
 
-// The decode MoE chain's W2 prefetch and early schedule (MOESERVE_MOE_CHAIN=0: off, for A/B timing). The budget
-// bounds the prefetched bytes, well under the L2 (tens of MB on Hopper) that W13's own stages also pass through.
+// The decode MoE chain's W2 prefetch budget: well under the L2 (tens of MB on Hopper) that W13's own stages also
+// pass through.
 constexpr size_t kMoePrefetchBudget = size_t(16) << 20;
-static bool moe_chain_prefetch() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOESERVE_MOE_CHAIN");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
-}
 
 // Routed experts kept MXFP4 (into ye_; moe() combines): the W4A8 chain of kernels/cuda/moe_w4a8.h in the contiguous layout (its launch
 // shape does not depend on the routing, so decode graphs capture it). FP8 activations with per-128
@@ -736,7 +730,7 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
   // before pdl_wait (its counts come from the routing glue, which finished before W13 started).
   cuda::MoeW4A8Chain c13, c2;
   const bool decode = TK <= cuda::moe_route_gather_max_slots();
-  if (decode && moe_chain_prefetch()) {
+  if (decode && options_.moe_chain) {
     c13.prefetch_next = &w2;
     c13.prefix_bytes = cuda::moe_w4a8_prefetch_prefix(w2.N, w2.K, TK, kMoePrefetchBudget);
     c2.counts_settled = true;

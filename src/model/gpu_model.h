@@ -33,6 +33,9 @@ struct GpuOptions {
   // and the compressors beside the query path, the shared expert beside the routed ones), so that these
   // one-wave kernels run side by side; the results are the same. MOESERVE_BRANCHES=0 turns it off.
   bool concurrent_branches = true;
+  // Decode steps chain the W4A8 GEMMs (kernels/cuda/moe_w4a8.h MoeW4A8Chain: W13 prefetches W2's first stages into
+  // L2, W2 schedules before pdl_wait); the results are the same. MOESERVE_MOE_CHAIN=0 turns it off.
+  bool moe_chain = true;
 };
 
 // KV pools on the device; slots and pages are handed out by a cache::KvCache of the same layout (whose host
