@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "io/json_file.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "kernels/cpu/quant.h"
@@ -199,16 +200,6 @@ class Converter {
   const ConvertOptions& opt_;
 };
 
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  check(bool(in), "{}: cannot open", path);
-  try {
-    return json::parse(in);
-  } catch (const std::exception& e) {
-    fail("{}: not valid JSON: {}", path, e.what());
-  }
-}
-
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   check(bool(out), "{}: cannot write", path);
@@ -263,7 +254,7 @@ ConvertReport convert_checkpoint(const std::string& from, const std::string& to,
         "convert writes official or transformers save_pretrained names, not {}", dialect_name(options.names));
   check(options.max_shard_bytes > 0, "shard size must be positive, got {}", options.max_shard_bytes);
   const std::string config_path = (fs::path(from) / "config.json").string();
-  const json source_json = read_json(config_path);
+  const json source_json = io::read_json_file(config_path);
   const io::ModelConfig config = io::parse_model_config(source_json, config_path);
   const TensorSource source(io::Checkpoint::open_dir(from));
 

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "io/json_file.h"
 
 namespace moeserve::model {
 
@@ -89,17 +90,7 @@ void RoutingHistogram::save(const std::string& path) const {
   check(bool(f), "routing histogram: writing {} failed", path);
 }
 
-RoutingHistogram RoutingHistogram::load(const std::string& path) {
-  std::ifstream f(path);
-  check(bool(f), "routing histogram: cannot read {}", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("routing histogram: {} is not JSON: {}", path, e.what()));
-  }
-  return from_json(j);
-}
+RoutingHistogram RoutingHistogram::load(const std::string& path) { return from_json(io::read_json_file(path)); }
 
 std::vector<double> expert_load_shares(const RoutingHistogram& h, int64_t E) {
   check(E > 0, "expert_load_shares: {} experts", E);
