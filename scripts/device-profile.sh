@@ -7,6 +7,7 @@
 #   w4a8:SHAPE:T          ncu (full sections, SASS source counters) of one W4A8 decode launch at T tokens
 #                         -> w4a8_SHAPE_T.txt (details) and w4a8_SHAPE_T_sass.csv (per-instruction stalls)
 #   ncu:BENCH_ARGS:REGEX  ncu of the first kernel matching REGEX in `bench_gpu_ops BENCH_ARGS` -> ncu_REGEX.txt
+#                         and ncu_REGEX_sass.csv (per-instruction counters and stalls)
 # The Nsight Systems CLI bundled with Nsight Compute records a .qdstrm; its QdstrmImporter needs libdw/libelf,
 # which device-prepare.sh packs beside the binaries.
 set -uo pipefail
@@ -52,8 +53,10 @@ for what in "$@"; do
       IFS=: read -r _ args regex <<<"$what"
       base="$OUT/ncu_${regex//[^A-Za-z0-9_]/_}"
       # shellcheck disable=SC2086
-      "$NCU" --clock-control none --set full -k "regex:$regex" -c 1 -f -o "$base" "$BIN/bench_gpu_ops" $args >"$base.log" 2>&1
+      "$NCU" --clock-control none --set full --import-source yes -k "regex:$regex" -c 1 -f -o "$base" \
+        "$BIN/bench_gpu_ops" $args >"$base.log" 2>&1
       "$NCU" -i "$base.ncu-rep" --page details >"$base.txt" 2>&1
+      "$NCU" -i "$base.ncu-rep" --page source --csv --print-source sass >"$base"_sass.csv 2>&1
       rm -f "$base.ncu-rep"
       echo "$what: $(grep -E 'Duration' "$base.txt" | head -1 | tr -s ' ')"
       ;;

@@ -77,6 +77,37 @@ __device__ __forceinline__ void rotate_store(float4 (&o)[NC], int hd, int rope_d
   }
 }
 
+__device__ __forceinline__ float dot4(float4 q, float4 k, float acc) {
+  return fmaf(q.w, k.w, fmaf(q.z, k.z, fmaf(q.y, k.y, fmaf(q.x, k.x, acc))));
+}
+
+// o[h][c] += p_j[h] * v_j for the tile's keys j (p of key j in lane j): the lane's value columns start at `v`
+// (a row pitch of ldk floats) and are 32 float4s apart. FULL: every column inside head_dim (no bounds test, which
+// had cost a branch and an address recomputation per column and key); else columns c with 32 c < `left` only.
+template <int HPW, int NCW, bool FULL>
+__device__ __forceinline__ void add_values(float4 (&o)[HPW][NCW], const float (&p)[HPW], const float* v, int ldk,
+                                           int nk, int left) {
+#pragma unroll 4
+  for (int j = 0; j < nk; ++j) {
+    float pj[HPW];
+#pragma unroll
+    for (int h = 0; h < HPW; ++h) pj[h] = __shfl_sync(0xffffffffu, p[h], j);
+    const float4* row = reinterpret_cast<const float4*>(v + j * ldk);
+#pragma unroll
+    for (int c = 0; c < NCW; ++c) {
+      if (!FULL && 32 * c >= left) continue;
+      const float4 x = row[32 * c];
+#pragma unroll
+      for (int h = 0; h < HPW; ++h) {
+        o[h][c].x = fmaf(pj[h], x.x, o[h][c].x);
+        o[h][c].y = fmaf(pj[h], x.y, o[h][c].y);
+        o[h][c].z = fmaf(pj[h], x.z, o[h][c].z);
+        o[h][c].w = fmaf(pj[h], x.w, o[h][c].w);
+      }
+    }
+  }
+}
+
 // DS: warps per head group, each taking 1/DS of head_dim (its share of every score, added in order through
 // shared memory, and of the output columns): twice the warps in flight for a decode token, whose blocks are few
 // and whose warps' chains of shared-memory reads are the time.
@@ -100,6 +131,11 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % kWarps, ds = (threadIdx.x >> 5) / kWarps;
   const int nwin = min(pos + 1, a.window);
   const int cw0 = ds * NCW * 32;  // this warp's first output float4 column (and hd4 / DS its share of the dot)
+  // Key tile copies: where hd4 divides the block, thread i copies float4 column i % hd4 of rows i / hd4 + k * step.
+  const int copy_step = blockDim.x % hd4 == 0 ? blockDim.x / hd4 : 0;
+  const int copy_col = copy_step ? threadIdx.x % hd4 : 0, copy_row = copy_step ? threadIdx.x / hd4 : 0;
+  // Every output column of this warp inside head_dim (all but odd head dims): the value loop needs no bounds test.
+  const bool full_cols = cw0 + 32 * NCW <= hd4;
 
   float4 o[HPW][NCW];
   float m[HPW], l[HPW];
@@ -138,29 +174,48 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
         kptr[threadIdx.x] = p;
       }
       __syncthreads();
-      for (int i = threadIdx.x; i < kTile * hd4; i += blockDim.x) {
-        const float* p = kptr[i / hd4];
-        float* dst = ks + (i / hd4) * ldk + 4 * (i % hd4);
-        cp_async16(dst, p ? p + 4 * (i % hd4) : a.q, p ? 16 : 0);  // past the split: zeros
+      if (copy_step > 0) {  // a fixed column per thread (no division per copy: the copies' address math was ~15 %
+                            // of the kernel's instructions)
+        for (int r = copy_row; r < kTile; r += copy_step) {
+          const float* p = kptr[r];
+          cp_async16(ks + r * ldk + 4 * copy_col, p ? p + 4 * copy_col : a.q, p ? 16 : 0);  // past the split: zeros
+        }
+      } else {
+        for (int i = threadIdx.x; i < kTile * hd4; i += blockDim.x) {
+          const float* p = kptr[i / hd4];
+          float* dst = ks + (i / hd4) * ldk + 4 * (i % hd4);
+          cp_async16(dst, p ? p + 4 * (i % hd4) : a.q, p ? 16 : 0);
+        }
       }
       cp_async_wait_all();
       __syncthreads();
       const bool valid = tile + lane < k1;
       // Scores of key `lane` for this warp's heads.
-      float sc[HPW];
+      // Two chains of fused multiply-adds per head (even and odd float4s), added at the end: 4 instructions per
+      // float4 and head instead of 5, and twice the independent work for a warp that waits on each one.
+      float sc[HPW], sc2[HPW];
 #pragma unroll
-      for (int h = 0; h < HPW; ++h) sc[h] = 0.0f;
-      const float* kr = ks + lane * ldk;
+      for (int h = 0; h < HPW; ++h) sc[h] = sc2[h] = 0.0f;
+      const float4* kr = reinterpret_cast<const float4*>(ks + lane * ldk);
+      const float4* qw = reinterpret_cast<const float4*>(qs + warp * HPW * hd);
       const int cbeg = ds * (hd4 / DS), cend = DS == 1 ? hd4 : cbeg + hd4 / DS;
-#pragma unroll 4
-      for (int c = cbeg; c < cend; ++c) {
-        const float4 kv4 = *reinterpret_cast<const float4*>(kr + 4 * c);
+      int c = cbeg;
+#pragma unroll 2
+      for (; c + 1 < cend; c += 2) {
+        const float4 k0 = kr[c], k1 = kr[c + 1];
 #pragma unroll
         for (int h = 0; h < HPW; ++h) {
-          const float4 q4 = *reinterpret_cast<const float4*>(qs + (warp * HPW + h) * hd + 4 * c);
-          sc[h] += q4.x * kv4.x + q4.y * kv4.y + q4.z * kv4.z + q4.w * kv4.w;
+          sc[h] = dot4(qw[h * hd4 + c], k0, sc[h]);
+          sc2[h] = dot4(qw[h * hd4 + c + 1], k1, sc2[h]);
         }
       }
+      if (c < cend) {
+        const float4 k0 = kr[c];
+#pragma unroll
+        for (int h = 0; h < HPW; ++h) sc[h] = dot4(qw[h * hd4 + c], k0, sc[h]);
+      }
+#pragma unroll
+      for (int h = 0; h < HPW; ++h) sc[h] += sc2[h];
       if constexpr (DS > 1) {  // the whole score of key `lane`: the warps' shares added in order
 #pragma unroll
         for (int h = 0; h < HPW; ++h) part_sc[ds][warp][h][lane] = sc[h];
@@ -192,25 +247,10 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
         }
       }
       const int nk = min(kTile, k1 - tile);
-      for (int j = 0; j < nk; ++j) {
-        float pj[HPW];
-#pragma unroll
-        for (int h = 0; h < HPW; ++h) pj[h] = __shfl_sync(0xffffffffu, p[h], j);
-#pragma unroll
-        for (int c = 0; c < NCW; ++c) {
-          const int d4 = cw0 + lane + 32 * c;
-          if (d4 < hd4) {
-            const float4 v = *reinterpret_cast<const float4*>(ks + j * ldk + 4 * d4);
-#pragma unroll
-            for (int h = 0; h < HPW; ++h) {
-              o[h][c].x += pj[h] * v.x;
-              o[h][c].y += pj[h] * v.y;
-              o[h][c].z += pj[h] * v.z;
-              o[h][c].w += pj[h] * v.w;
-            }
-          }
-        }
-      }
+      if (full_cols)
+        add_values<HPW, NCW, true>(o, p, ks + 4 * (cw0 + lane), ldk, nk, 0);
+      else
+        add_values<HPW, NCW, false>(o, p, ks + 4 * (cw0 + lane), ldk, nk, hd4 - cw0 - lane);
     }
   }
   if (a.splits == 1) {
