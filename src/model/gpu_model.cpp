@@ -142,12 +142,6 @@ float* GpuModel::tmp_f32(size_t n) {
   return static_cast<float*>(bufs_[id].get(n * 4, &generation_));
 }
 
-// EXPERIMENT (A/B only): MOESERVE_HIGH_SIDES lists sides (digits) created at high priority.
-cuda::StreamPriority GpuModel::side_priority(int side) {
-  const char* e = std::getenv("MOESERVE_HIGH_SIDES");
-  return e && std::strchr(e, char('0' + side)) ? cuda::StreamPriority::High : cuda::StreamPriority::Low;
-}
-
 bool GpuModel::branches(int T) const { return options_.concurrent_branches && T <= kSkinnyRows; }
 
 void GpuModel::fork(int side) {

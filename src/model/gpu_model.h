@@ -127,10 +127,9 @@ class GpuModel {
   cuda::Stream stream_{cuda::StreamPriority::High};
   // Sides 0-3: a sublayer's branches; side 4 (kMixSide): the mHC's post and Sinkhorn mix of the sublayer.
   static constexpr int kSides = 5, kMixSide = 4;
-  static cuda::StreamPriority side_priority(int side);
-  cuda::Stream sides_[kSides] = {cuda::Stream(side_priority(0)), cuda::Stream(side_priority(1)),
-                                 cuda::Stream(side_priority(2)), cuda::Stream(side_priority(3)),
-                                 cuda::Stream(side_priority(4))};
+  cuda::Stream sides_[kSides] = {cuda::Stream(cuda::StreamPriority::Low), cuda::Stream(cuda::StreamPriority::Low),
+                                 cuda::Stream(cuda::StreamPriority::Low), cuda::Stream(cuda::StreamPriority::Low),
+                                 cuda::Stream(cuda::StreamPriority::Low)};
   cudaStream_t cur_ = nullptr;      // the stream work is issued on (nullptr: the main stream)
   cudaEvent_t branch_ev_ = nullptr;  // recorded and waited on at once, so one event serves every fork and join
   cuda::Blas blas_;

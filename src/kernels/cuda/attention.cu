@@ -37,26 +37,39 @@ __device__ __forceinline__ int split_keys(int max_keys, int splits) {
   return (per + kTile - 1) / kTile * kTile;
 }
 
-// The inverse frequencies of the rotated pairs in the lane's float4s c0 + lane + 32 c (q = 0, 2: the float4's two
-// pairs; 0 outside the rotated dims), for rotate_store: a constant table, loaded before pdl_wait where it can.
+// The rotation of the rotated pairs in the lane's float4s c0 + lane + 32 c (q = 0, 2: the float4's two pairs) at
+// position pos, for rotate_store: it depends on the position and constant tables only, so it is computed before
+// pdl_wait where it can (double-precision cos and sin are long instruction chains).
 template <int NC>
-__device__ __forceinline__ void load_rope_freqs(int hd, int rope_dim, const float* inv_freq, float (&freq)[NC][2],
-                                                int c0 = 0) {
+struct RopeCs {
+  float cs[NC][2], sn[NC][2];
+};
+template <int NC>
+__device__ __forceinline__ RopeCs<NC> output_rotation(int hd, int rope_dim, const float* inv_freq, float rope_scale,
+                                                   int pos, int c0 = 0) {
   const int lane = threadIdx.x & 31;
+  RopeCs<NC> r;
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
     const int d = 4 * (c0 + lane + 32 * c);
 #pragma unroll
-    for (int q = 0; q < 2; ++q)
-      freq[c][q] = d < hd && d >= hd - rope_dim ? inv_freq[(d + 2 * q - (hd - rope_dim)) / 2] : 0.0f;
+    for (int q = 0; q < 2; ++q) {
+      r.cs[c][q] = 1.0f;
+      r.sn[c][q] = 0.0f;
+      if (d < hd && d >= hd - rope_dim) {
+        const float angle = float(pos) * inv_freq[(d + 2 * q - (hd - rope_dim)) / 2];
+        r.cs[c][q] = float(cos(double(angle))) * rope_scale;
+        r.sn[c][q] = -float(sin(double(angle))) * rope_scale;
+      }
+    }
   }
+  return r;
 }
 
-// Final output of one head: o * exp(m - M) / (l * exp(m - M) + exp(sink - M)), de-rotated; lane owns the float4s
-// c0 + lane + 32 c.
+// Final output of one head (o already normalised), de-rotated; lane owns the float4s c0 + lane + 32 c.
 template <int NC>
-__device__ __forceinline__ void rotate_store(float4 (&o)[NC], int hd, int rope_dim, const float (&freq)[NC][2],
-                                             float rope_scale, int pos, float* dst, int c0 = 0) {
+__device__ __forceinline__ void rotate_store(float4 (&o)[NC], int hd, int rope_dim, const RopeCs<NC>& r, float* dst,
+                                             int c0 = 0) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
@@ -66,8 +79,7 @@ __device__ __forceinline__ void rotate_store(float4 (&o)[NC], int hd, int rope_d
     if (d >= hd - rope_dim) {
 #pragma unroll
       for (int q = 0; q < 4; q += 2) {
-        const float angle = float(pos) * freq[c][q / 2];
-        const float cs = float(cos(double(angle))) * rope_scale, sn = -float(sin(double(angle))) * rope_scale;
+        const float cs = r.cs[c][q / 2], sn = r.sn[c][q / 2];
         const float x0 = v[q], x1 = v[q + 1];
         v[q] = x0 * cs - x1 * sn;
         v[q + 1] = x1 * cs + x0 * sn;
@@ -113,8 +125,8 @@ __device__ __forceinline__ void add_values(float4 (&o)[HPW][NCW], const float (&
 // and whose warps' chains of shared-memory reads are the time.
 template <int HPW, int NC, int DS>
 __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b, AttentionArgs a) {
-  dev::pdl_begin();
   constexpr int HB = kWarps * HPW;
+  dev::pdl_begin();
   constexpr int NCW = NC / DS;  // output float4 columns per lane of a warp
   extern __shared__ float4 sm4[];
   const int hd = a.hd, ldk = hd + 4, hd4 = hd / 4;
@@ -254,6 +266,7 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
     }
   }
   if (a.splits == 1) {
+    const RopeCs<NCW> rope = output_rotation<NCW>(hd, a.rope_dim, a.inv_freq, a.rope_scale, pos, cw0);
 #pragma unroll
     for (int h = 0; h < HPW; ++h) {
       const int head = h0 + warp * HPW + h;
@@ -268,9 +281,7 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
         o[h][c].z *= f * inv;
         o[h][c].w *= f * inv;
       }
-      float freq[NCW][2];
-      load_rope_freqs<NCW>(hd, a.rope_dim, a.inv_freq, freq, cw0);
-      rotate_store<NCW>(o[h], hd, a.rope_dim, freq, a.rope_scale, pos, a.o + (size_t(t) * a.H + head) * hd, cw0);
+      rotate_store<NCW>(o[h], hd, a.rope_dim, rope, a.o + (size_t(t) * a.H + head) * hd, cw0);
     }
     return;
   }
@@ -301,10 +312,11 @@ __global__ void __launch_bounds__(128) combine_kernel(BatchDesc b, AttentionArgs
   __shared__ float sden[kWarpsC];
   const int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int t = row / a.H, head = row % a.H, hd = a.hd;
-  // Weights and constant tables before pdl_wait: the sink, and (warp 0, which stores) the rotation's frequencies.
+  // Before pdl_wait (weights, constant tables and the host-written positions only): the sink, and (warp 0, which
+  // stores) the rotation.
   const float sink = a.sinks[head];
-  float freq[NC][2];
-  if (warp == 0) load_rope_freqs<NC>(hd, a.rope_dim, a.inv_freq, freq);
+  RopeCs<NC> rope;
+  if (warp == 0) rope = output_rotation<NC>(hd, a.rope_dim, a.inv_freq, a.rope_scale, b.tok_pos[t]);
   dev::pdl_begin();
   const int pitch = hd + 4;
   const float* src = a.partial + size_t(row) * a.splits * pitch;
@@ -371,7 +383,7 @@ __global__ void __launch_bounds__(128) combine_kernel(BatchDesc b, AttentionArgs
     o[c].z *= inv;
     o[c].w *= inv;
   }
-  rotate_store<NC>(o, hd, a.rope_dim, freq, a.rope_scale, b.tok_pos[t], a.o + size_t(row) * hd);
+  rotate_store<NC>(o, hd, a.rope_dim, rope, a.o + size_t(row) * hd);
 }
 
 template <int HPW, int NC>
