@@ -302,9 +302,9 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
 }
 
 // One block of 4 warps per (token, head): warp w combines splits w, w + 4, ..., reading up to kBatch of them at
-// once, after reading all the splits' maxima lane-parallel. A decode step's ~20 splits arrive in two memory
-// rounds (maxima, then values) instead of five (the one-warp version took 12 us of a C4 layer's critical path in
-// the nsys timeline). The warps' partial sums are added in warp order, after the sink's term.
+// once, beside all the splits' maxima read lane-parallel. A decode step's ~20 splits arrive in one memory round
+// (the one-warp version took five, 12 us of a C4 layer's critical path in the nsys timeline). The warps' partial
+// sums are added in warp order, after the sink's term.
 template <int NC>
 __global__ void __launch_bounds__(128) combine_kernel(BatchDesc b, AttentionArgs a) {
   constexpr int kWarpsC = 4, kBatch = 8;
@@ -320,16 +320,9 @@ __global__ void __launch_bounds__(128) combine_kernel(BatchDesc b, AttentionArgs
   dev::pdl_begin();
   const int pitch = hd + 4;
   const float* src = a.partial + size_t(row) * a.splits * pitch;
-  float M = sink;
-  for (int s0 = 0; s0 < a.splits; s0 += 32) M = fmaxf(M, s0 + lane < a.splits ? src[size_t(s0 + lane) * pitch] : -INFINITY);
-  M = warp_max(M);
-  float denom = 0.0f;
-  float4 o[NC];
-#pragma unroll
-  for (int c = 0; c < NC; ++c) o[c] = make_float4(0, 0, 0, 0);
-  for (int j0 = 0; warp + kWarpsC * j0 < a.splits; j0 += kBatch) {
-    float ms[kBatch], ls[kBatch];
-    float4 v[kBatch][NC];
+  float ms[kBatch], ls[kBatch];
+  float4 v[kBatch][NC];
+  auto load_batch = [&](int j0) {  // this warp's splits warp + kWarpsC * (j0 + j)
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int sp = warp + kWarpsC * (j0 + j);
@@ -343,6 +336,19 @@ __global__ void __launch_bounds__(128) combine_kernel(BatchDesc b, AttentionArgs
         v[j][c] = valid && d4 < hd / 4 ? *reinterpret_cast<const float4*>(ps + 4 + 4 * d4) : make_float4(0, 0, 0, 0);
       }
     }
+  };
+  // The first batch's values are loaded with the maxima (they do not depend on M): one memory round for up to
+  // kWarpsC * kBatch splits.
+  load_batch(0);
+  float M = sink;
+  for (int s0 = 0; s0 < a.splits; s0 += 32) M = fmaxf(M, s0 + lane < a.splits ? src[size_t(s0 + lane) * pitch] : -INFINITY);
+  M = warp_max(M);
+  float denom = 0.0f;
+  float4 o[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) o[c] = make_float4(0, 0, 0, 0);
+  for (int j0 = 0; warp + kWarpsC * j0 < a.splits; j0 += kBatch) {
+    if (j0 > 0) load_batch(j0);
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       if (ms[j] == -INFINITY) continue;
