@@ -4,7 +4,10 @@
 # one call (the batch-1 figure moves by a few us between calls; within a call repeats agree to about 1.5 us).
 # Usage: bash scripts/device-ab.sh --prebuilt .device-bin.tar.xz [--rounds N] NAME=ENV=VALUE[,ENV=VALUE...] ...
 #   e.g. bash scripts/device-ab.sh --prebuilt .device-bin.tar.xz base chain_off=MOESERVE_MOE_CHAIN=0
-#   A bare NAME runs with the environment as it is. Prints each config's runs and median; logs under $OUT.
+#   A bare NAME runs with the environment as it is. NAME@BINARY runs that benchmark binary of the prebuilt set
+#   instead of bench_gpu_ops (a baseline build: `BASELINE=COMMIT bash scripts/device-prepare.sh` adds
+#   bench_gpu_ops_base, built from COMMIT's sources), e.g. `new old@bench_gpu_ops_base`.
+#   Prints each config's runs and median; logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
@@ -25,9 +28,11 @@ for ((r = 1; r <= ROUNDS; ++r)); do
     name=${cfg%%=*}
     settings=""
     [[ "$cfg" == *=* ]] && settings=${cfg#*=}
+    bench=bench_gpu_ops
+    if [[ "$name" == *@* ]]; then bench=${name#*@}; fi
     IFS=',' read -r -a envs <<<"$settings"
     log="$OUT/ab_${name//[^A-Za-z0-9_]/_}.log"
-    env "${envs[@]}" "$BIN/bench_gpu_ops" layer >>"$log" 2>&1
+    env "${envs[@]}" "$BIN/$bench" layer >>"$log" 2>&1
     # One run's B=1, B=8, B=32 us per layer (MXFP4 experts).
     line=$(grep -E 'mxfp4 \(W4A8\) experts \| B=(1|8|32) ' "$log" | tail -3 | awk -F'|' '{printf "%s/", $4}' | tr -d ' ')
     runs[$name]="${runs[$name]:-} ${line%/}"
