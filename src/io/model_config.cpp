@@ -1,10 +1,10 @@
 #include "io/model_config.h"
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_file.h"
 
 namespace moeserve::io {
 
@@ -304,17 +304,7 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
   return c;
 }
 
-ModelConfig load_model_config(const std::string& path) {
-  std::ifstream in(path);
-  check(bool(in), "{}: cannot open config", path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const std::exception& e) {
-    fail("{}: config is not valid JSON: {}", path, e.what());
-  }
-  return parse_model_config(j, path);
-}
+ModelConfig load_model_config(const std::string& path) { return parse_model_config(read_json_file(path, "config"), path); }
 
 json model_config_to_official_json(const ModelConfig& c) {
   json j;

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "io/json_file.h"
+
 namespace moeserve::io {
 
 namespace fs = std::filesystem;
@@ -141,13 +143,7 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
   check(fs::is_directory(dir), "{}: not a model directory", dir);
   fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
   if (fs::exists(index_path)) {
-    json index;
-    try {
-      std::ifstream in(index_path);
-      index = json::parse(in);
-    } catch (const std::exception& e) {
-      fail("{}: not valid JSON: {}", index_path.string(), e.what());
-    }
+    const json index = read_json_file(index_path.string());
     check(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
           "{}: expected an object with a 'weight_map' object", index_path.string());
     std::map<std::string, std::string> wanted;  // tensor -> shard

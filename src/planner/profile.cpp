@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <set>
 
@@ -11,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_file.h"
 #include "planner/presets.h"
 
 namespace moeserve::planner {
@@ -177,15 +177,7 @@ Profile load_profile(const std::string& name_or_path) {
     check(fs::exists(path), "--profile '{}' is not a profile (profiles: {})", name_or_path,
           fmt::join(profile_names(), ", "));
   }
-  std::ifstream in(path);
-  check(bool(in), "{}: cannot open profile", path.string());
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const std::exception& e) {
-    fail("{}: profile is not valid JSON: {}", path.string(), e.what());
-  }
-  Profile p = parse_profile(j, path.string());
+  Profile p = parse_profile(io::read_json_file(path.string(), "profile"), path.string());
   check(p.name == path.stem().string(), "{}: field 'name' = '{}' must equal the file name '{}'", path.string(), p.name,
         path.stem().string());
   return p;
