@@ -304,7 +304,9 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
   return c;
 }
 
-ModelConfig load_model_config(const std::string& path) { return parse_model_config(read_json_file(path, "config"), path); }
+ModelConfig load_model_config(const std::string& path) {
+  return parse_model_config(read_json_file(path, "config"), path);
+}
 
 json model_config_to_official_json(const ModelConfig& c) {
   json j;

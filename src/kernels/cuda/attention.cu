@@ -125,8 +125,8 @@ __device__ __forceinline__ void add_values(float4 (&o)[HPW][NCW], const float (&
 // and whose warps' chains of shared-memory reads are the time.
 template <int HPW, int NC, int DS>
 __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b, AttentionArgs a) {
-  constexpr int HB = kWarps * HPW;
   dev::pdl_begin();
+  constexpr int HB = kWarps * HPW;
   constexpr int NCW = NC / DS;  // output float4 columns per lane of a warp
   extern __shared__ float4 sm4[];
   const int hd = a.hd, ldk = hd + 4, hd4 = hd / 4;
