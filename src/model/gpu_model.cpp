@@ -359,9 +359,11 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
       if (cur_ == sides_[i].get()) side = i;
     auto* xq = static_cast<uint8_t*>(bufs_[120 + side].get(size_t(M) * K, &generation_));
     auto* xs = static_cast<float*>(bufs_[130 + side].get(size_t(M) * (K / 128) * 4, &generation_));
+    const size_t wsn = cuda::gemm_fp8_skinny_workspace_floats(M, v.N, K);
+    auto* work = static_cast<float*>(bufs_[140 + side].get(std::max<size_t>(wsn, 1) * 4, &generation_));
     MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(x, M, K, ldx, xq, xs, st));
     MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny(xq, xs, M, M, static_cast<const uint8_t*>(v.w), v.blk_scale,
-                                              v.blk_ld, v.N, K, y, ldy, st));
+                                              v.blk_ld, v.N, K, y, ldy, work, wsn, st));
     return;
   }
   if (!options_.exact && M > kSkinnyRows) {

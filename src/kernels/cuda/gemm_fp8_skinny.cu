@@ -7,7 +7,10 @@
 // requested before pdl_wait (weights are not written by earlier kernels). Per group a warpgroup issues four
 // m64nBNk32 wgmmas into a group accumulator, then adds it to the fp32 accumulator times the group's scales
 // w_scale[row block][group] * x_scale[group][token] (the DeepSeek block-scaled product, promoted per 128 k as
-// cuBLASLt's block-scaling mode and the W4A8 kernel do). One CTA per 64 WG weight rows; no persistence.
+// cuBLASLt's block-scaling mode and the W4A8 kernel do). One CTA per 64 WG weight rows and K split; no
+// persistence. Weights of few rows (N / 64 well under the SM count: V4-Flash's 4096-row linears give 64 CTAs) split K
+// over blockIdx.y into a workspace of fp32 partial products, which a second launch adds in split order (the
+// result does not depend on scheduling).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -28,8 +31,10 @@ using namespace hopper;
 struct SkinnyParams {
   const float* xs;  // [K/128][xs_ld] activation scales
   const float* ws;  // [N/128][ws_ld] weight block scales
-  float* y;         // [M][ldy]
+  float* y;         // [M][ldy]; with K splits: split s at y + s * split_stride
   int M, N, K, xs_ld, ws_ld, ldy;
+  int groups;           // 128-k groups per K split
+  size_t split_stride;  // floats between splits' outputs
 };
 
 template <int BN_, int WG_, int S_>
@@ -54,7 +59,7 @@ __global__ void __launch_bounds__(C::kThreads) gemm_fp8_skinny_kernel(const __gr
   __shared__ uint64_t full_bar[S], empty_bar[S];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n0 = blockIdx.x * 64 * WG;
-  const int NG = p.K / 128;
+  const int NG = p.groups, g0 = blockIdx.y * p.groups;  // this CTA's groups: g0 + [0, NG)
   constexpr uint32_t kTx = uint32_t(C::kWBytes + C::kABytes);
 
   if (threadIdx.x == 0) {
@@ -77,7 +82,8 @@ __global__ void __launch_bounds__(C::kThreads) gemm_fp8_skinny_kernel(const __gr
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_x)) : "memory");
     auto load_weights = [&](int g, uint8_t* st) {
 #pragma unroll
-      for (int w = 0; w < WG; ++w) tma_load_2d(st + w * 64 * 128, &tmap_w, &full_bar[g % S], g * 128, n0 + 64 * w);
+      for (int w = 0; w < WG; ++w)
+        tma_load_2d(st + w * 64 * 128, &tmap_w, &full_bar[g % S], (g0 + g) * 128, n0 + 64 * w);
     };
     // The first stages' weights before pdl_wait (fresh stages: no empty wait).
     const int early = NG < S ? NG : S;
@@ -94,7 +100,7 @@ __global__ void __launch_bounds__(C::kThreads) gemm_fp8_skinny_kernel(const __gr
         mbar_arrive_expect_tx(&full_bar[stage], kTx);
         load_weights(g, st);
       }
-      tma_load_2d(st + C::kWBytes, &tmap_x, &full_bar[stage], g * 128, 0);
+      tma_load_2d(st + C::kWBytes, &tmap_x, &full_bar[stage], (g0 + g) * 128, 0);
     }
     return;
   }
@@ -114,14 +120,14 @@ __global__ void __launch_bounds__(C::kThreads) gemm_fp8_skinny_kernel(const __gr
   for (int g = 0; g < NG; ++g) {
     const int stage = g % S;
     // The group's scales (global, L1/L2): the weights' one and this thread's tokens'.
-    const float wsc = __ldg(wsr + g);
+    const float wsc = __ldg(wsr + g0 + g);
     float xsc[BN / 4];
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int tok = 8 * i + 2 * t4 + h;
-        xsc[2 * i + h] = tok < p.M ? __ldg(p.xs + size_t(g) * p.xs_ld + tok) * wsc : 0.0f;
+        xsc[2 * i + h] = tok < p.M ? __ldg(p.xs + size_t(g0 + g) * p.xs_ld + tok) * wsc : 0.0f;
       }
     mbar_wait(&full_bar[stage], (g / S) & 1);
     __syncwarp();  // reconverge after the spin: wgmma is .sync.aligned
@@ -154,10 +160,22 @@ __global__ void __launch_bounds__(C::kThreads) gemm_fp8_skinny_kernel(const __gr
     for (int h = 0; h < 2; ++h) {
       const int tok = 8 * i + 2 * t4 + h;
       if (tok >= p.M) continue;
-      float* out = p.y + size_t(tok) * p.ldy + rows0 + r0;
+      float* out = p.y + blockIdx.y * p.split_stride + size_t(tok) * p.ldy + rows0 + r0;
       out[0] = acc[4 * i + h];
       out[8] = acc[4 * i + 2 + h];
     }
+}
+
+// y[m][n] = the K splits' partial products added in split order (one thread per output).
+__global__ void add_splits_kernel(const float* parts, int splits, size_t stride, int M, int N, int ld, float* y,
+                                  int ldy) {
+  dev::pdl_begin();
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= M * N) return;
+  const int m = i / N, n = i % N;
+  float s = parts[size_t(m) * ld + n];
+  for (int k = 1; k < splits; ++k) s += parts[k * stride + size_t(m) * ld + n];
+  y[size_t(m) * ldy + n] = s;
 }
 
 // Row-major 2-D uint8 tensor [rows][K] with a {128, box_rows} box and the 128-byte swizzle; rows past `rows` read
@@ -185,25 +203,54 @@ cudaError_t launch_skinny(const uint8_t* xq, const uint8_t* w, const SkinnyParam
   if (setup != cudaSuccess) return setup;
   CUtensorMap mw, mx;
   if (!make_map(&mw, w, p.N, p.K, 64) || !make_map(&mx, xq, p.M, p.K, C::BN)) return cudaErrorInvalidValue;
-  return dev::launch(gemm_fp8_skinny_kernel<C>, dim3(p.N / (64 * C::WG)), dim3(C::kThreads), C::kSmemBytes, stream,
-                     mw, mx, p);
+  return dev::launch(gemm_fp8_skinny_kernel<C>, dim3(p.N / (64 * C::WG), p.K / 128 / p.groups), dim3(C::kThreads),
+                     C::kSmemBytes, stream, mw, mx, p);
 }
 
 }  // namespace
 
-bool gemm_fp8_skinny_fits(int M, int N, int K) { return M >= 1 && M <= 64 && N > 0 && N % 128 == 0 && K > 0 && K % 128 == 0; }
+bool gemm_fp8_skinny_fits(int M, int N, int K) {
+  return M >= 1 && M <= 64 && N > 0 && N % 128 == 0 && K > 0 && K % 128 == 0;
+}
+
+int gemm_fp8_skinny_splits(int N, int K) {
+  // About two CTAs per SM: split K (into whole 128-k groups, at least 4 per split) while N / 64 CTAs fall short.
+  const int ctas = N / 64, groups = K / 128;
+  int splits = 1;
+  while (ctas * splits * 2 <= 2 * dev::sm_count() && groups % (splits * 2) == 0 && groups / (splits * 2) >= 4)
+    splits *= 2;
+  return splits;
+}
+
+size_t gemm_fp8_skinny_workspace_floats(int M, int N, int K) {
+  const int splits = gemm_fp8_skinny_splits(N, K);
+  return splits > 1 ? size_t(splits) * M * N : 0;
+}
 
 cudaError_t gemm_fp8_skinny(const uint8_t* xq, const float* x_scales, int xs_ld, int M, const uint8_t* w,
-                            const float* w_scales, int ws_ld, int N, int K, float* y, int ldy, cudaStream_t stream) {
+                            const float* w_scales, int ws_ld, int N, int K, float* y, int ldy, float* workspace,
+                            size_t workspace_floats, cudaStream_t stream) {
   if (!gemm_fp8_skinny_fits(M, N, K) || !xq || !x_scales || !w || !w_scales || !y || xs_ld < M ||
       ws_ld < K / 128 || ldy < N || reinterpret_cast<uintptr_t>(xq) % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0)
     return cudaErrorInvalidValue;
-  SkinnyParams p{x_scales, w_scales, y, M, N, K, xs_ld, ws_ld, ldy};
-  // One consumer warpgroup per CTA (N / 64 CTAs: 512 for a 32768-row weight), 6 stages of 8 KB of weights.
-  if (M <= 8) return launch_skinny<SkinnyCfg<8, 1, 6>>(xq, w, p, stream);
-  if (M <= 16) return launch_skinny<SkinnyCfg<16, 1, 6>>(xq, w, p, stream);
-  if (M <= 32) return launch_skinny<SkinnyCfg<32, 1, 6>>(xq, w, p, stream);
-  return launch_skinny<SkinnyCfg<64, 1, 5>>(xq, w, p, stream);
+  int splits = gemm_fp8_skinny_splits(N, K);
+  if (!workspace || workspace_floats < size_t(splits) * M * N) splits = 1;
+  SkinnyParams p{x_scales, w_scales, y, M, N, K, xs_ld, ws_ld, ldy, K / 128 / splits, 0};
+  if (splits > 1) {
+    p.y = workspace;
+    p.ldy = N;
+    p.split_stride = size_t(M) * N;
+  }
+  // One consumer warpgroup per CTA, 5-6 stages of 8 KB of weights.
+  cudaError_t err;
+  if (M <= 8) err = launch_skinny<SkinnyCfg<8, 1, 6>>(xq, w, p, stream);
+  else if (M <= 16) err = launch_skinny<SkinnyCfg<16, 1, 6>>(xq, w, p, stream);
+  else if (M <= 32) err = launch_skinny<SkinnyCfg<32, 1, 6>>(xq, w, p, stream);
+  else err = launch_skinny<SkinnyCfg<64, 1, 5>>(xq, w, p, stream);
+  if (err != cudaSuccess || splits == 1) return err;
+  const int n = M * N;
+  return dev::launch(add_splits_kernel, dim3((n + 255) / 256), dim3(256), 0, stream, workspace, splits,
+                     size_t(M) * N, M, N, N, y, ldy);
 }
 
 }  // namespace moeserve::cuda

@@ -502,27 +502,38 @@ TEST(CudaGemm, SkinnyFp8TensorCoreGemm) {
       cuda::DeviceArray<float> xs(size_t(M) * (s.K / 128), "xs");
       MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(dx.data(), M, s.K, s.K, xq.data(), xs.data(), nullptr));
       const int ldy = s.N + 64;  // the pad past N must stay poisoned
-      auto y = poisoned<float>(size_t(M) * ldy);
-      MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny(xq.data(), xs.data(), M, M, wq.data(), dblk.data(), bld, s.N, s.K,
-                                                y.data(), ldy, nullptr));
-      MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
       std::vector<float> xr = x;
       ref::fp8_block_sim(xr.data(), M, s.K, s.K, 128);
-      const auto got = host(y);
-      std::vector<float> rows(size_t(M) * s.N), want(rows.size()), tol(rows.size());
-      for (int m = 0; m < M; ++m)
-        for (int n = 0; n < s.N; ++n) {
-          double r, as;
-          reference(xr.data(), s.K, w.deq.data(), s.K, m, n, &r, &as);
-          rows[size_t(m) * s.N + n] = got[size_t(m) * ldy + n];
-          want[size_t(m) * s.N + n] = float(r);
-          tol[size_t(m) * s.N + n] = float(as / 1024.0);
-        }
-      expect_close(rows, want, tol,
-                   "skinny fp8 wgmma " + std::to_string(M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K));
-      for (int m = 0; m < M; ++m)
-        for (int n = s.N; n < ldy; ++n)
-          ASSERT_TRUE(std::isnan(got[size_t(m) * ldy + n])) << "written past N at row " << m << " column " << n;
+      std::vector<float> want(size_t(M) * s.N), tol(want.size());
+      parallel_for(s.N, 16, [&](int64_t b, int64_t e) {
+        for (int m = 0; m < M; ++m)
+          for (int64_t n = b; n < e; ++n) {
+            double r, as;
+            reference(xr.data(), s.K, w.deq.data(), s.K, m, int(n), &r, &as);
+            want[size_t(m) * s.N + n] = float(r);
+            tol[size_t(m) * s.N + n] = float(as / 1024.0);
+          }
+      });
+      // With the workspace its K splits (gemm_fp8_skinny_splits), without it one pass.
+      const size_t wsn = cuda::gemm_fp8_skinny_workspace_floats(M, s.N, s.K);
+      cuda::DeviceArray<float> work(std::max<size_t>(wsn, 1), "split workspace");
+      for (bool split : {true, false}) {
+        auto y = poisoned<float>(size_t(M) * ldy);
+        MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny(xq.data(), xs.data(), M, M, wq.data(), dblk.data(), bld, s.N, s.K,
+                                                  y.data(), ldy, split ? work.data() : nullptr, split ? wsn : 0,
+                                                  nullptr));
+        MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = host(y);
+        std::vector<float> rows(want.size());
+        for (int m = 0; m < M; ++m)
+          for (int n = 0; n < s.N; ++n) rows[size_t(m) * s.N + n] = got[size_t(m) * ldy + n];
+        expect_close(rows, want, tol,
+                     "skinny fp8 wgmma " + std::to_string(M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K) +
+                         (split ? " in " + std::to_string(cuda::gemm_fp8_skinny_splits(s.N, s.K)) + " K splits" : ""));
+        for (int m = 0; m < M; ++m)
+          for (int n = s.N; n < ldy; ++n)
+            ASSERT_TRUE(std::isnan(got[size_t(m) * ldy + n])) << "written past N at row " << m << " column " << n;
+      }
     }
   }
 }
