@@ -138,7 +138,21 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
                false);
       }
     }
-    if (M >= 32) {  // cuBLASLt with the activation conversion it needs
+    if (fp8 && cuda::gemm_fp8_skinny_fits(M, N, K)) {  // the tensor-core skinny GEMM, with its activation quantizer
+      cuda::DeviceBuffer xq(size_t(M) * K, "xq"), xs(size_t(M) * (K / 128) * 4, "xs");
+      const size_t wsn = cuda::gemm_fp8_skinny_workspace_floats(M, N, K);
+      auto work = floats(wsn);
+      const double us = time_us([&](int i) {
+        MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(static_cast<float*>(x.data()), M, K, K, static_cast<uint8_t*>(xq.data()),
+                                                static_cast<float*>(xs.data()), st));
+        MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny(static_cast<uint8_t*>(xq.data()), static_cast<float*>(xs.data()), M, M,
+                                                  static_cast<const uint8_t*>(w.get(i)), static_cast<float*>(bs.data()),
+                                                  bld, N, K, static_cast<float*>(y.data()), N,
+                                                  static_cast<float*>(work.data()), wsn, st));
+      });
+      report("wgmma fp8 skinny (+quant)", shape, us, bytes, flops, kFp8, false);
+    }
+    if (M >= (fp8 ? 8 : 32)) {  // cuBLASLt with the activation conversion it needs
       cuda::DeviceBuffer xa(size_t(M) * K * 2, "xa"), xs(size_t(M) * (K / 128 + 1) * 4, "xs");
       bool ok = true;
       const double us = time_us([&](int i) {

@@ -97,6 +97,7 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
         config_.rope_dim);
   if (const char* e = std::getenv("MOESERVE_BRANCHES"); e && std::string(e) == "0") options_.concurrent_branches = false;
   if (const char* e = std::getenv("MOESERVE_MOE_CHAIN"); e && std::string(e) == "0") options_.moe_chain = false;
+  if (const char* e = std::getenv("MOESERVE_FP8_SKINNY"); e && std::string(e) == "1") fp8_skinny_ = true;
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&branch_ev_, cudaEventDisableTiming));
 }
 
@@ -349,6 +350,22 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
     *xin = t;
     *ld = K;
   };
+  // EXPERIMENT: the tensor-core skinny GEMM for 2..64 FP8 rows whose input the model quantizes (checkpoint
+  // numerics); each stream quantizes into its own scratch (branches run concurrently).
+  if (fp8_skinny_ && !options_.exact && sim && M >= 2 && v.type == WeightType::FP8 && v.blk_scale && ldx % 4 == 0 &&
+      cuda::gemm_fp8_skinny_fits(M, v.N, K)) {
+    int side = kSides;
+    for (int i = 0; i < kSides; ++i)
+      if (cur_ == sides_[i].get()) side = i;
+    auto* xq = static_cast<uint8_t*>(bufs_[120 + side].get(size_t(M) * K, &generation_));
+    auto* xs = static_cast<float*>(bufs_[130 + side].get(size_t(M) * (K / 128) * 4, &generation_));
+    const size_t wsn = cuda::gemm_fp8_skinny_workspace_floats(M, v.N, K);
+    auto* work = static_cast<float*>(bufs_[140 + side].get(std::max<size_t>(wsn, 1) * 4, &generation_));
+    MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(x, M, K, ldx, xq, xs, st));
+    MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny(xq, xs, M, M, static_cast<const uint8_t*>(v.w), v.blk_scale,
+                                              v.blk_ld, v.N, K, y, ldy, work, wsn, st));
+    return;
+  }
   if (!options_.exact && M > kSkinnyRows) {
     if (v.type == WeightType::BF16) {
       const float* xin;

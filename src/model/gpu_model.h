@@ -133,6 +133,9 @@ class GpuModel {
   cudaStream_t cur_ = nullptr;      // the stream work is issued on (nullptr: the main stream)
   cudaEvent_t branch_ev_ = nullptr;  // recorded and waited on at once, so one event serves every fork and join
   cuda::Blas blas_;
+  // EXPERIMENT (pending, MOESERVE_FP8_SKINNY=1): FP8 linears of 2..64 rows in checkpoint numerics through the
+  // tensor-core skinny GEMM (kernels/cuda/gemm_fp8_skinny.cu) instead of the GEMV / cuBLASLt.
+  bool fp8_skinny_ = false;
 
   // Workspace (grow-only; a growth invalidates captured graphs).
   struct Buf {

@@ -85,6 +85,19 @@ cudaError_t hadamard_fp4_sim(float* x, int rows, int dim, bool fp4, cudaStream_t
 // The FP8 activation quantizer of the official act_quant (per token, per 128 channels, power-of-two scales):
 // q [M][K] e4m3 (row stride K), scales [K/128][M] fp32 (cuBLASLt VEC128 layout). K % 128 == 0.
 cudaError_t act_quant_fp8(const float* x, int M, int K, int ldx, uint8_t* q, float* scales, cudaStream_t stream);
+// Skinny FP8 GEMM on tensor cores (gemm_fp8_skinny.cu, sm_90a) for 1..64 rows: y[m][n] (ldy) = sum over 128-k
+// blocks kb of w_scales[n / 128][kb] * x_scales[kb][m] * sum_{k in kb} W[n][k] xq[m][k], with xq [M][K] e4m3 and
+// x_scales [K/128][xs_ld] as act_quant_fp8 writes them (xs_ld = M), W [N][K] e4m3 with 128x128 block scales
+// [N/128][ws_ld] (cuBLASLt's layout). fp32 accumulation, per block as cuBLASLt's block-scaling mode.
+// Weights of few rows split K over more CTAs into `workspace` (gemm_fp8_skinny_workspace_floats; without it, no
+// split) and add the splits in a second launch, in split order. cudaErrorInvalidValue outside
+// gemm_fp8_skinny_fits or for misaligned (16-byte) operands.
+bool gemm_fp8_skinny_fits(int M, int N, int K);
+int gemm_fp8_skinny_splits(int N, int K);
+size_t gemm_fp8_skinny_workspace_floats(int M, int N, int K);
+cudaError_t gemm_fp8_skinny(const uint8_t* xq, const float* x_scales, int xs_ld, int M, const uint8_t* w,
+                            const float* w_scales, int ws_ld, int N, int K, float* y, int ldy, float* workspace,
+                            size_t workspace_floats, cudaStream_t stream);
 // bf16 copy (round to nearest even): out [M][K] (row stride K).
 cudaError_t to_bf16(const float* x, int M, int K, int ldx, uint16_t* out, cudaStream_t stream);
 // x split into two bf16 terms (round to nearest even): hi = bf16(x), lo = bf16(x - hi), so hi + lo carries ~16

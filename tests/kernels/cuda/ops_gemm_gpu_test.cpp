@@ -421,6 +421,17 @@ TEST(CudaGemm, MoeGroupedExpertsAndCombine) {
   }
 }
 
+// FP8 weights' 128x128 block scales in cuBLASLt's layout ([N/128][ld], ld = round_up(K/128, 4)), as the engine
+// keeps them (GemmView::blk_scale).
+std::vector<float> block_scales(const Weights& w, int* ld) {
+  const int sld = w.sld();
+  *ld = (sld + 3) / 4 * 4;
+  std::vector<float> blk(size_t(w.N / 128) * *ld, 0.0f);
+  for (int br = 0; br < w.N / 128; ++br)
+    for (int kb = 0; kb < sld; ++kb) blk[size_t(br) * *ld + kb] = w.row_scale[size_t(br) * 128 * sld + kb];
+  return blk;
+}
+
 TEST(CudaGemm, CublasLtBf16AndFp8BlockScaled) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
@@ -442,12 +453,8 @@ TEST(CudaGemm, CublasLtBf16AndFp8BlockScaled) {
         for (size_t i = 0; i < x.size(); ++i) xr[i] = round_to_bf16(x[i]);
       } else {
         auto wq = dev(w.q);
-        // cuBLASLt block layout of the weight scales: [N/128][round_up(K/128, 4)].
-        const int sld = w.sld(), bld = (sld + 3) / 4 * 4;
-        std::vector<float> blk(size_t(s.N / 128) * bld, 0.0f);
-        for (int br = 0; br < s.N / 128; ++br)
-          for (int kb = 0; kb < sld; ++kb) blk[size_t(br) * bld + kb] = w.row_scale[size_t(br) * 128 * sld + kb];
-        auto dblk = dev(blk);
+        int bld;
+        auto dblk = dev(block_scales(w, &bld));
         cuda::DeviceArray<uint8_t> xq(x.size(), "xq");
         cuda::DeviceArray<float> xs(size_t(s.M) * (s.K / 128), "xs");
         MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(dx.data(), s.M, s.K, s.K, xq.data(), xs.data(), nullptr));
@@ -471,6 +478,62 @@ TEST(CudaGemm, CublasLtBf16AndFp8BlockScaled) {
       expect_close(host(y), want, tol,
                    std::string("cuBLASLt ") + (fp8 ? "fp8 block " : "bf16 ") + std::to_string(s.M) + "x" +
                        std::to_string(s.N) + "x" + std::to_string(s.K));
+    }
+  }
+}
+
+// The tensor-core skinny FP8 GEMM (1..64 rows, swap-AB wgmma) against the double reference on the FP8-simulated
+// activations and the dequantized weights, with cuBLASLt's FP8 tolerance (tensor-core precision inside each 128-k
+// block); rows past M of the 8..64-row tile must not be written.
+TEST(CudaGemm, SkinnyFp8TensorCoreGemm) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  struct Shape { int N, K; };
+  for (Shape s : {Shape{1024, 4096}, Shape{4096, 2048}, Shape{8192, 1024}, Shape{7168, 1536}, Shape{256, 128}}) {
+    Weights w = make_weights(true, s.N, s.K, 1, g);
+    auto wq = dev(w.q);
+    int bld;
+    auto dblk = dev(block_scales(w, &bld));
+    for (int M : {1, 3, 8, 13, 32, 64}) {
+      ASSERT_TRUE(cuda::gemm_fp8_skinny_fits(M, s.N, s.K));
+      auto x = normal(size_t(M) * s.K, g);
+      auto dx = dev(x);
+      cuda::DeviceArray<uint8_t> xq(x.size(), "xq");
+      cuda::DeviceArray<float> xs(size_t(M) * (s.K / 128), "xs");
+      MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(dx.data(), M, s.K, s.K, xq.data(), xs.data(), nullptr));
+      const int ldy = s.N + 64;  // the pad past N must stay poisoned
+      std::vector<float> xr = x;
+      ref::fp8_block_sim(xr.data(), M, s.K, s.K, 128);
+      std::vector<float> want(size_t(M) * s.N), tol(want.size());
+      parallel_for(s.N, 16, [&](int64_t b, int64_t e) {
+        for (int m = 0; m < M; ++m)
+          for (int64_t n = b; n < e; ++n) {
+            double r, as;
+            reference(xr.data(), s.K, w.deq.data(), s.K, m, int(n), &r, &as);
+            want[size_t(m) * s.N + n] = float(r);
+            tol[size_t(m) * s.N + n] = float(as / 1024.0);
+          }
+      });
+      // With the workspace its K splits (gemm_fp8_skinny_splits), without it one pass.
+      const size_t wsn = cuda::gemm_fp8_skinny_workspace_floats(M, s.N, s.K);
+      cuda::DeviceArray<float> work(std::max<size_t>(wsn, 1), "split workspace");
+      for (bool split : {true, false}) {
+        auto y = poisoned<float>(size_t(M) * ldy);
+        MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny(xq.data(), xs.data(), M, M, wq.data(), dblk.data(), bld, s.N, s.K,
+                                                  y.data(), ldy, split ? work.data() : nullptr, split ? wsn : 0,
+                                                  nullptr));
+        MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = host(y);
+        std::vector<float> rows(want.size());
+        for (int m = 0; m < M; ++m)
+          for (int n = 0; n < s.N; ++n) rows[size_t(m) * s.N + n] = got[size_t(m) * ldy + n];
+        expect_close(rows, want, tol,
+                     "skinny fp8 wgmma " + std::to_string(M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K) +
+                         (split ? " in " + std::to_string(cuda::gemm_fp8_skinny_splits(s.N, s.K)) + " K splits" : ""));
+        for (int m = 0; m < M; ++m)
+          for (int n = s.N; n < ldy; ++n)
+            ASSERT_TRUE(std::isnan(got[size_t(m) * ldy + n])) << "written past N at row " << m << " column " << n;
+      }
     }
   }
 }
