@@ -97,7 +97,7 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
         config_.rope_dim);
   if (const char* e = std::getenv("MOESERVE_BRANCHES"); e && std::string(e) == "0") options_.concurrent_branches = false;
   if (const char* e = std::getenv("MOESERVE_MOE_CHAIN"); e && std::string(e) == "0") options_.moe_chain = false;
-  if (const char* e = std::getenv("MOESERVE_FP8_SKINNY"); e && std::string(e) == "1") fp8_skinny_ = true;
+  if (const char* e = std::getenv("MOESERVE_FP8_SKINNY"); e && std::string(e) == "0") fp8_skinny_ = false;
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&branch_ev_, cudaEventDisableTiming));
 }
 
@@ -334,6 +334,16 @@ void set_weights(cuda::GemvArgs& a, const GemmView& v, int N, int K) {
 }
 }  // namespace
 
+// bench_gpu_ops linear on the H200 (docs/benchmarks/cuda-ops.md, eighth session): from 2 rows the skinny GEMM
+// (with its quantizer, ~4.5 us at least) beats the multi-row GEMV 1.1-14x, except where rows x weight elements
+// stay within 8M (V4-Flash wkv at 4 rows: 4.6 vs 3.8 us; wq_a at 2 rows: 5.1 vs 3.7); cuBLASLt's block-scaled
+// FP8 GEMM (~15 us floor) catches up on weights of 8M+ elements past 32 rows (V4-Flash wq_b, 64 rows: 17.1 vs 25.0).
+bool GpuModel::skinny_fp8_preferred(int M, int N, int K) {
+  const int64_t elements = int64_t(N) * K;
+  if (!cuda::gemm_fp8_skinny_fits(M, N, K) || M < 2 || M * elements <= (int64_t(8) << 20)) return false;
+  return M <= 32 || elements < (int64_t(8) << 20);
+}
+
 void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
                       bool fp32_input) {
   if (M == 0 || v.N == 0) return;
@@ -350,10 +360,11 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
     *xin = t;
     *ld = K;
   };
-  // EXPERIMENT: the tensor-core skinny GEMM for 2..64 FP8 rows whose input the model quantizes (checkpoint
-  // numerics); each stream quantizes into its own scratch (branches run concurrently).
-  if (fp8_skinny_ && !options_.exact && sim && M >= 2 && v.type == WeightType::FP8 && v.blk_scale && ldx % 4 == 0 &&
-      cuda::gemm_fp8_skinny_fits(M, v.N, K)) {
+  // FP8 linears of 2..64 rows whose input the model quantizes (checkpoint numerics): the tensor-core skinny GEMM
+  // where it beats the GEMV and cuBLASLt (skinny_fp8_preferred); each stream quantizes into its own scratch
+  // (branches run concurrently).
+  if (fp8_skinny_ && !options_.exact && sim && v.type == WeightType::FP8 && v.blk_scale && ldx % 4 == 0 &&
+      skinny_fp8_preferred(M, v.N, K)) {
     int side = kSides;
     for (int i = 0; i < kSides; ++i)
       if (cur_ == sides_[i].get()) side = i;

@@ -133,9 +133,10 @@ class GpuModel {
   cudaStream_t cur_ = nullptr;      // the stream work is issued on (nullptr: the main stream)
   cudaEvent_t branch_ev_ = nullptr;  // recorded and waited on at once, so one event serves every fork and join
   cuda::Blas blas_;
-  // EXPERIMENT (pending, MOESERVE_FP8_SKINNY=1): FP8 linears of 2..64 rows in checkpoint numerics through the
-  // tensor-core skinny GEMM (kernels/cuda/gemm_fp8_skinny.cu) instead of the GEMV / cuBLASLt.
-  bool fp8_skinny_ = false;
+  // FP8 linears of 2..64 rows in checkpoint numerics through the tensor-core skinny GEMM
+  // (kernels/cuda/gemm_fp8_skinny.cu) where skinny_fp8_preferred; MOESERVE_FP8_SKINNY=0 turns it off (A/B runs).
+  bool fp8_skinny_ = true;
+  static bool skinny_fp8_preferred(int M, int N, int K);
 
   // Workspace (grow-only; a growth invalidates captured graphs).
   struct Buf {
