@@ -22,8 +22,10 @@ done
 if [ -n "${BASELINE:-}" ]; then
   saved=$(mktemp -d)
   cp -a src "$saved/"
-  trap 'rm -rf src && cp -a "$saved/src" . && rm -rf "$saved"' EXIT
   changed=$(git diff --name-only "$BASELINE" -- src)  # the working tree's src/ against COMMIT's
+  # On any exit (a failed baseline build included) the tree's src/ comes back and the files that differ are
+  # touched: objects built from the baseline's files are newer than the restored ones and would be reused.
+  trap 'rm -rf src && cp -a "$saved/src" . && rm -rf "$saved"; for f in $changed; do touch -c "$f"; done' EXIT
   rm -rf src && git archive "$BASELINE" src | tar x
   for f in $changed; do touch -c "$f"; done  # archive times are the commit's: older than the objects
   cmake --build "$BUILD" -j"$(nproc)" --target bench_gpu_ops

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -219,6 +220,23 @@ void bench_grouped_linear(const std::string& model, const std::string& name, int
       MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
     });
     report("gemv fp8 grouped (fp32 act)", shape, us, bytes, flops, kFp32, true);
+    if (cuda::gemm_bf16_fp8w_skinny_fits(M, N, K)) {  // BF16 tensor cores, with the activations' bf16 conversion
+      const int bld = (sld + 3) / 4 * 4;
+      auto bs = floats(size_t(G) * (N / 128) * bld, 1e-3f);
+      cuda::DeviceBuffer xb(size_t(M) * G * K * 2, "xb");
+      const size_t wsn = cuda::gemm_bf16_fp8w_skinny_workspace_floats(M, N, K, G);
+      auto work = floats(wsn);
+      const double us_tc = time_us([&](int i) {
+        MOESERVE_CUDA_CHECK(cuda::bf16_permute16(static_cast<float*>(x.data()), M, G * K, G * K,
+                                                 static_cast<uint16_t*>(xb.data()), st));
+        MOESERVE_CUDA_CHECK(cuda::gemm_bf16_fp8w_skinny(static_cast<uint16_t*>(xb.data()), M, G,
+                                                        static_cast<const uint8_t*>(w.get(i)),
+                                                        static_cast<float*>(bs.data()), bld, N, K,
+                                                        static_cast<float*>(y.data()), G * N,
+                                                        static_cast<float*>(work.data()), wsn, st));
+      });
+      report("wgmma bf16 x fp8w skinny (+cvt)", shape, us_tc, bytes, flops, kBf16, false);
+    }
   }
 }
 
@@ -418,8 +436,39 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
   // Distinct experts hit by T tokens x 6 (uniform routing; the logits here are random): E (1 - (1 - 6/E)^T).
   const double active = E * (1.0 - std::pow(1.0 - double(K) / E, T));
   const double bytes = active * double(w13 + w2) + double(TK) * (2 * I + I + D) * 4 * 2;
-  report(std::string("MoE routed ") + (fp8 ? "fp8" : "bf16") + " (route+group+2 gemv)",
-         model + " M=" + std::to_string(T) + " E=" + std::to_string(E), us, bytes, 2.0 * TK * 3 * I * D, kFp32, true);
+  const std::string shape = model + " M=" + std::to_string(T) + " E=" + std::to_string(E);
+  report(std::string("MoE routed ") + (fp8 ? "fp8" : "bf16") + " (route+group+2 gemv)", shape, us, bytes,
+         2.0 * TK * 3 * I * D, kFp32, true);
+  if (!fp8 || !cuda::gemm_fp8_skinny_fits(T, 2 * I, D)) return;
+  // As the engine runs FP8 experts at up to 64 rows each in checkpoint numerics: gather, quantize, the grouped
+  // tensor-core skinny GEMM, SwiGLU, quantize, the grouped skinny GEMM, combine.
+  const int bld1 = (sld1 + 3) / 4 * 4, bld2 = (sld2 + 3) / 4 * 4;
+  auto bs1 = floats(size_t(E) * (2 * I / 128) * bld1, 1e-3f), bs2 = floats(size_t(E) * (D / 128) * bld2, 1e-3f);
+  cuda::DeviceBuffer xq(size_t(TK) * std::max(D, I), "xq"), xs(size_t(TK) * (std::max(D, I) / 128) * 4, "xs");
+  auto* q = static_cast<uint8_t*>(xq.data());
+  auto* qs = static_cast<float*>(xs.data());
+  auto* ye = static_cast<float*>(y.data());
+  const double us_tc = time_us([&](int) {
+    MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0, static_cast<float*>(bias.data()),
+                                        nullptr, ids.data(), true, 1.5f, chosen.data(), static_cast<float*>(wts.data()), st));
+    MOESERVE_CUDA_CHECK(cuda::moe_group(chosen.data(), static_cast<float*>(wts.data()), T, K, E, nullptr, ge, ge + E,
+                                        ge + 2 * E, ge + 3 * E, ros.data(), tor.data(), static_cast<float*>(wor.data()), st));
+    MOESERVE_CUDA_CHECK(cuda::gather_rows(static_cast<float*>(x.data()), D, tor.data(), TK, ye, st));
+    MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(ye, TK, D, D, q, qs, st));
+    MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny_grouped(q, qs, TK, TK, T, static_cast<const uint8_t*>(W13.data()),
+                                                      static_cast<float*>(bs1.data()), bld1, size_t(2 * I / 128) * bld1,
+                                                      E, 2 * I, D, ge, ge + E, ge + 2 * E, ge + 3 * E, std::min(E, TK),
+                                                      static_cast<float*>(h13.data()), 2 * I, st));
+    MOESERVE_CUDA_CHECK(cuda::swiglu(static_cast<float*>(h13.data()), TK, nullptr, I, 10.0f,
+                                     static_cast<float*>(wor.data()), static_cast<float*>(act.data()), st));
+    MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(static_cast<float*>(act.data()), TK, I, I, q, qs, st));
+    MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny_grouped(q, qs, TK, TK, T, static_cast<const uint8_t*>(W2.data()),
+                                                      static_cast<float*>(bs2.data()), bld2, size_t(D / 128) * bld2, E,
+                                                      D, I, ge, ge + E, ge + 2 * E, ge + 3 * E, std::min(E, TK), ye, D,
+                                                      st));
+    MOESERVE_CUDA_CHECK(cuda::moe_combine(ye, D, ros.data(), T, K, static_cast<float*>(out.data()), st));
+  }, 10);
+  report("MoE routed fp8 (skinny wgmma, grouped)", shape, us_tc, bytes, 2.0 * TK * 3 * I * D, kFp8, false);
 }
 
 // ---------------------------------------------------------------------------------- per-layer decode step
@@ -452,57 +501,69 @@ void bench_layer_decode(cuda::Blas& blas) {
   const int ctx = 4096;
   std::vector<std::pair<std::string, double>> results;
   // Routed experts FP8 (skinny GEMM) or MXFP4 (the W4A8 grouped GEMM), at batch 1, 8, 32.
-  // MOESERVE_LAYER_EXPERTS=mxfp4 (or fp8) runs only that expert format. The FP8 runs come first and warm the GPU:
-  // with them skipped the B=1 MXFP4 figure read 136 us instead of 117 (same binary, same call).
+  // MOESERVE_LAYER_EXPERTS=mxfp4 (or fp8) runs only that expert format.
   const char* only = std::getenv("MOESERVE_LAYER_EXPERTS");
   for (int run = 0; run < 6; ++run) {
     const cuda::WeightType et = run < 3 ? cuda::WeightType::FP8 : cuda::WeightType::MXFP4;
     if (only && std::string(only) != (run < 3 ? "fp8" : "mxfp4")) continue;
     const int B = std::array<int, 3>{1, 8, 32}[size_t(run % 3)];
     const bool mxfp4 = et == cuda::WeightType::MXFP4;
-    double step[2] = {0, 0};
-    for (int li = 0; li < 2; ++li) {
-      const int layers = li == 0 ? 2 : 4;  // layers 2 (C4) and 3 (C128) are the difference
-      // The checkpoint numerics, as a server of these weights runs them (FP8 activations, FP8 kv, FP4 indexer).
-      auto m = model::GpuModel::dummy(c, layers, cuda::WeightType::FP8, et, 3, {false, model::Numerics::checkpoint()});
-      model::GpuKvCache cache(m->kv_layout(), B, int64_t(B) * (ctx / 256 + 2));
-      std::vector<cache::SequenceKv> seqs(static_cast<size_t>(B));
-      std::vector<int32_t> toks(static_cast<size_t>(B), 5);
-      for (auto& s : seqs) {
-        s = cache.host().open_sequence();
-        cache.host().reserve(s, ctx + 64);
-        s.length = ctx;  // the pools' content does not change the work of a step
-      }
+    // The 2-layer and the 4-layer model (layers 2 (C4) and 3 (C128) are the difference), both built and captured
+    // first, then timed in alternating rounds so that both see the same GPU state: timed one after the other, the
+    // 2-layer graph read 500 or 545 us depending on what ran before it (SM clock at 1980 MHz in both cases; cause
+    // not found), while the 4-layer one held at ~780.
+    struct Stack {
+      std::unique_ptr<model::GpuModel> m;
+      std::unique_ptr<model::GpuKvCache> cache;
+      std::vector<cache::SequenceKv> seqs;
+      std::vector<int32_t> toks;
       std::vector<model::ForwardRequest> reqs;
-      for (int s = 0; s < B; ++s) reqs.push_back({&seqs[size_t(s)], std::span<const int32_t>(&toks[size_t(s)], 1), false, false});
       std::vector<int64_t> first, count;
-      for (int i = 0; i < 3; ++i) m->forward_async(cache, reqs, &first, &count, true, ctx + 64);  // eager, capture, replay
-      MOESERVE_CUDA_CHECK(cudaStreamSynchronize(m->stream()));
-      cudaEvent_t a, b;
-      cudaEventCreate(&a);
-      cudaEventCreate(&b);
-      const int reps = 10;
-      // MOESERVE_PROFILE_LAYER_B=1: a profiler range (nsys --capture-range=cudaProfilerApi) around the timed
-      // replays of the 4-layer MXFP4-expert model at that batch, for a per-kernel breakdown.
-      const char* prof_b = std::getenv("MOESERVE_PROFILE_LAYER_B");
-      const bool profile = prof_b && std::atoi(prof_b) == B && mxfp4 && layers == 4;
-      // The best of 3 rounds of `reps` replays: clocks are not fixed and single rounds varied by up to 20 %.
-      float best_ms = 1e30f;
-      for (int round = 0; round < (profile ? 1 : 3); ++round) {
-        if (profile) cudaProfilerStart();
-        cudaEventRecord(a, m->stream());
-        for (int i = 0; i < reps; ++i) m->forward_async(cache, reqs, &first, &count, true, ctx + 64);
-        cudaEventRecord(b, m->stream());
+    };
+    std::array<Stack, 2> stacks;
+    for (int li = 0; li < 2; ++li) {
+      Stack& k = stacks[size_t(li)];
+      // The checkpoint numerics, as a server of these weights runs them (FP8 activations, FP8 kv, FP4 indexer).
+      k.m = model::GpuModel::dummy(c, li == 0 ? 2 : 4, cuda::WeightType::FP8, et, 3, {false, model::Numerics::checkpoint()});
+      k.cache = std::make_unique<model::GpuKvCache>(k.m->kv_layout(), B, int64_t(B) * (ctx / 256 + 2));
+      k.seqs.resize(size_t(B));
+      k.toks.assign(size_t(B), 5);
+      for (auto& sq : k.seqs) {
+        sq = k.cache->host().open_sequence();
+        k.cache->host().reserve(sq, ctx + 64);
+        sq.length = ctx;  // the pools' content does not change the work of a step
+      }
+      for (int q = 0; q < B; ++q)
+        k.reqs.push_back({&k.seqs[size_t(q)], std::span<const int32_t>(&k.toks[size_t(q)], 1), false, false});
+      for (int i = 0; i < 3; ++i) k.m->forward_async(*k.cache, k.reqs, &k.first, &k.count, true, ctx + 64);  // eager, capture, replay
+      MOESERVE_CUDA_CHECK(cudaStreamSynchronize(k.m->stream()));
+    }
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    const int reps = 10;
+    // MOESERVE_PROFILE_LAYER_B=1: a profiler range (nsys --capture-range=cudaProfilerApi) around one round of
+    // timed replays of the 4-layer MXFP4-expert model at that batch, for a per-kernel breakdown.
+    const char* prof_b = std::getenv("MOESERVE_PROFILE_LAYER_B");
+    const bool profile = prof_b && std::atoi(prof_b) == B && mxfp4;
+    // The best of 4 alternating rounds of `reps` replays each (clocks are not fixed; single rounds varied by 20 %).
+    double step[2] = {1e30, 1e30};
+    for (int round = 0; round < (profile ? 1 : 4); ++round)
+      for (int li = 0; li < 2; ++li) {
+        Stack& k = stacks[size_t(li)];
+        const bool prof = profile && li == 1;
+        if (prof) cudaProfilerStart();
+        cudaEventRecord(a, k.m->stream());
+        for (int i = 0; i < reps; ++i) k.m->forward_async(*k.cache, k.reqs, &k.first, &k.count, true, ctx + 64);
+        cudaEventRecord(b, k.m->stream());
         MOESERVE_CUDA_CHECK(cudaEventSynchronize(b));
-        if (profile) cudaProfilerStop();
+        if (prof) cudaProfilerStop();
         float ms;
         cudaEventElapsedTime(&ms, a, b);
-        best_ms = std::min(best_ms, ms);
+        step[li] = std::min(step[li], double(ms) * 1000.0 / reps);
       }
-      step[li] = best_ms * 1000.0 / reps;
-      cudaEventDestroy(a);
-      cudaEventDestroy(b);
-    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
     const double per_layer = (step[1] - step[0]) / 2.0;
     double kv4, kv128;
     const double bytes = (layer_roofline_bytes(c, B, ctx, true, mxfp4, &kv4) + layer_roofline_bytes(c, B, ctx, false, mxfp4, &kv128)) / 2.0;
@@ -570,7 +631,8 @@ int main(int argc, char** argv) {
     bench_linear(l.model, l.name, l.N, l.K, true, blas, {1, 2, 4, 8, 16, 32, 64});
   }
   bench_linear("flash", "wo_a group (bf16)", 1024, 4096, false, blas, dec);
-  bench_grouped_linear("flash", "wo_a (fp8, 8 groups)", 8, 1024, 4096, {1, 8});
+  bench_grouped_linear("flash", "wo_a (fp8, 8 groups)", 8, 1024, 4096, {1, 2, 4, 8, 16, 32, 64});
+  bench_grouped_linear("pro", "wo_a (fp8, 16 groups)", 16, 1024, 4096, {1, 8, 32});
   bench_linear("flash", "compressor C4 (bf16)", 2048, 4096, false, blas, {1, 8, 32});
   bench_linear("flash", "head (bf16)", 129280, 4096, false, blas, {1, 8});
   for (int M : {4096, 16384, 32768}) {  // prefill GEMMs through cuBLASLt

@@ -590,8 +590,19 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
 
   // Grouped low-rank output projection, then wo_b.
   const int G = int(c.o_groups), olora = int(c.o_lora_rank), group_in = H * hd / G;
-  if (options_.exact || T <= kSkinnyRows) {
-    const GemmView w = L.wo_a.view();
+  const GemmView wa = L.wo_a.view();
+  if (!options_.exact && fp8_skinny_ && T >= 2 && wa.type == WeightType::FP8 && wa.blk_scale &&
+      cuda::gemm_bf16_fp8w_skinny_fits(T, olora, group_in)) {
+    // 2..64 rows: the reference's BF16 einsum itself (bf16 input, the FP8 weight exact in bf16) on BF16 tensor
+    // cores, the weight converted in registers (bench_gpu_ops linear: 8 rows 82 -> ~11 us against the GEMV).
+    auto* xb = static_cast<uint16_t*>(bufs_[105].get(size_t(T) * H * hd * 2, &generation_));
+    const size_t wsn = cuda::gemm_bf16_fp8w_skinny_workspace_floats(T, olora, group_in, G);
+    auto* work = static_cast<float*>(bufs_[106].get(std::max<size_t>(wsn, 1) * 4, &generation_));
+    MOESERVE_CUDA_CHECK(cuda::bf16_permute16(o_, T, H * hd, H * hd, xb, st));
+    MOESERVE_CUDA_CHECK(cuda::gemm_bf16_fp8w_skinny(xb, T, G, static_cast<const uint8_t*>(wa.w), wa.blk_scale,
+                                                    wa.blk_ld, olora, group_in, grouped_, G * olora, work, wsn, st));
+  } else if (options_.exact || T <= kSkinnyRows) {
+    const GemmView w = wa;
     cuda::GemvArgs a;
     set_weights(a, w, olora, group_in);  // group g: rows [g*olora, (g+1)*olora) of wo_a
     a.x = o_;
@@ -607,7 +618,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     // The reference's grouped projection is a BF16 einsum on the dequantized weight with an unquantized input
     // (docs/numerics.md), so an FP8 wo_a is dequantized for the BF16 GEMM (exact for its E8M0 scales) instead
     // of taking the FP8 path, which would quantize the input.
-    GemmView w = L.wo_a.view();
+    GemmView w = wa;
     if (w.type == WeightType::FP8) {
       auto* bf16 = static_cast<uint16_t*>(bufs_[104].get(size_t(w.N) * w.K * 2, &generation_));
       MOESERVE_CUDA_CHECK(cuda::fp8_weights_to_bf16(static_cast<const uint8_t*>(w.w), w.row_scale, w.N, w.K,
@@ -683,8 +694,28 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
                                       weight_of_row_, st));
   const bool sim = num.act_fp8 && L.experts_w13.act_quant;
   const bool large = !options_.exact && TK > kSkinnyRows * E;
-  if (!large) {
-    const GemmView w13 = L.experts_w13.view(), w2 = L.experts_w2.view();
+  const GemmView w13v = L.experts_w13.view(), w2v = L.experts_w2.view();
+  const int max_rows = spec.hash_moe ? TK : T;  // distinct experts per token: an expert has at most T rows
+  if (!large && !options_.exact && fp8_skinny_ && sim && w13v.type == WeightType::FP8 && w13v.blk_scale &&
+      w2v.blk_scale && cuda::gemm_fp8_skinny_fits(max_rows, 2 * I, D) && cuda::gemm_fp8_skinny_fits(max_rows, D, I)) {
+    // FP8 experts at up to 64 rows each: the tensor-core skinny GEMM over the routing's groups (rows gathered in
+    // group order, quantized as the checkpoint does; ye_ holds the gathered rows until W2 writes it).
+    auto* xq = static_cast<uint8_t*>(bufs_[107].get(size_t(TK) * std::max(D, I), &generation_));
+    auto* xs = static_cast<float*>(bufs_[108].get(size_t(TK) * (std::max(D, I) / 128) * 4, &generation_));
+    const int slots = std::min(E, TK);
+    MOESERVE_CUDA_CHECK(cuda::gather_rows(x, D, token_of_row_, TK, ye_, st));
+    MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(ye_, TK, D, D, xq, xs, st));
+    MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny_grouped(
+        xq, xs, TK, TK, max_rows, static_cast<const uint8_t*>(w13v.w), w13v.blk_scale, w13v.blk_ld,
+        size_t(2 * I / 128) * w13v.blk_ld, E, 2 * I, D, ge, go, gc, ng, slots, h13_, 2 * I, st));
+    MOESERVE_CUDA_CHECK(cuda::swiglu(h13_, TK, nullptr, I, limit, weight_of_row_, act_, st));
+    MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(act_, TK, I, I, xq, xs, st));
+    MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny_grouped(
+        xq, xs, TK, TK, max_rows, static_cast<const uint8_t*>(w2v.w), w2v.blk_scale, w2v.blk_ld,
+        size_t(D / 128) * w2v.blk_ld, E, D, I, ge, go, gc, ng, slots, ye_, D, st));
+  } else if (!large) {
+    const GemmView& w13 = w13v;
+    const GemmView& w2 = w2v;
     cuda::GemvArgs a;
     set_weights(a, w13, 2 * I, D);
     a.x = x;

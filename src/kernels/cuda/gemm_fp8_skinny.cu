@@ -15,11 +15,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <mutex>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/skinny_gemm.cuh"
 #include "kernels/cuda/wgmma_ss_fp8.cuh"
 
 namespace moeserve::cuda {
@@ -35,6 +35,11 @@ struct SkinnyParams {
   int M, N, K, xs_ld, ws_ld, ldy;
   int groups;           // 128-k groups per K split
   size_t split_stride;  // floats between splits' outputs
+  // Grouped (MoE) mode when g_count is set: blockIdx.z is an active group (of *g_num) with expert g_expert[z],
+  // activation and output rows [g_offset[z], + g_count[z]), weights rows [e N, (e + 1) N) and block scales at
+  // ws + e ws_expert_stride. No K split.
+  const int *g_expert = nullptr, *g_offset = nullptr, *g_count = nullptr, *g_num = nullptr;
+  size_t ws_expert_stride = 0;
 };
 
 template <int BN_, int WG_, int S_>
@@ -62,15 +67,23 @@ __global__ void __launch_bounds__(C::kThreads) gemm_fp8_skinny_kernel(const __gr
   const int NG = p.groups, g0 = blockIdx.y * p.groups;  // this CTA's groups: g0 + [0, NG)
   constexpr uint32_t kTx = uint32_t(C::kWBytes + C::kABytes);
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
-      mbar_init(&full_bar[s], 1);
-      mbar_init(&empty_bar[s], 4 * WG);  // one arrival per consumer warp
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  init_stage_barriers<S>(full_bar, empty_bar, 4 * WG);
+  // The problem: dense, or (grouped) the routing's group blockIdx.z, known only after pdl_wait.
+  const bool grouped = p.g_count != nullptr;
+  int M = p.M, xrow0 = 0, wrow0 = 0;
+  const float* ws = p.ws;
+  float* y = p.y;
+  if (grouped) {
+    dev::pdl_begin();  // every thread, before any exit (the ordering stays transitive)
+    if (int(blockIdx.z) >= *p.g_num) return;
+    const int e = p.g_expert[blockIdx.z];
+    xrow0 = p.g_offset[blockIdx.z];
+    M = p.g_count[blockIdx.z];
+    if (M > BN) __trap();  // the caller's max_rows bound was wrong: fail loudly, not with rows left out
+    wrow0 = e * p.N;
+    ws += size_t(e) * p.ws_expert_stride;
+    y += size_t(xrow0) * p.ldy;
   }
-  __syncthreads();
 
   if (warp == 4 * WG) {
     // ------------------------------ producer ------------------------------
@@ -83,9 +96,9 @@ __global__ void __launch_bounds__(C::kThreads) gemm_fp8_skinny_kernel(const __gr
     auto load_weights = [&](int g, uint8_t* st) {
 #pragma unroll
       for (int w = 0; w < WG; ++w)
-        tma_load_2d(st + w * 64 * 128, &tmap_w, &full_bar[g % S], (g0 + g) * 128, n0 + 64 * w);
+        tma_load_2d(st + w * 64 * 128, &tmap_w, &full_bar[g % S], (g0 + g) * 128, wrow0 + n0 + 64 * w);
     };
-    // The first stages' weights before pdl_wait (fresh stages: no empty wait).
+    // The first stages' weights before pdl_wait (fresh stages: no empty wait; grouped: the wait came first).
     const int early = NG < S ? NG : S;
     for (int g = 0; g < early; ++g) {
       mbar_arrive_expect_tx(&full_bar[g], kTx);
@@ -100,7 +113,7 @@ __global__ void __launch_bounds__(C::kThreads) gemm_fp8_skinny_kernel(const __gr
         mbar_arrive_expect_tx(&full_bar[stage], kTx);
         load_weights(g, st);
       }
-      tma_load_2d(st + C::kWBytes, &tmap_x, &full_bar[stage], (g0 + g) * 128, 0);
+      tma_load_2d(st + C::kWBytes, &tmap_x, &full_bar[stage], (g0 + g) * 128, xrow0);
     }
     return;
   }
@@ -111,7 +124,7 @@ __global__ void __launch_bounds__(C::kThreads) gemm_fp8_skinny_kernel(const __gr
   const int g8 = lane / 4, t4 = lane % 4;
   const int r0 = 16 * wq + g8;  // rows r0 and r0 + 8 of this warpgroup's 64
   const int rows0 = n0 + 64 * wg;
-  const float* wsr = p.ws + size_t(rows0 / 128) * p.ws_ld;  // the 64 rows lie in one 128-row scale block
+  const float* wsr = ws + size_t(rows0 / 128) * p.ws_ld;  // the 64 rows lie in one 128-row scale block
   const uint32_t stages_addr = smem_addr(stages);
   float acc[BN / 2], tmp[BN / 2];
 #pragma unroll
@@ -127,7 +140,7 @@ __global__ void __launch_bounds__(C::kThreads) gemm_fp8_skinny_kernel(const __gr
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int tok = 8 * i + 2 * t4 + h;
-        xsc[2 * i + h] = tok < p.M ? __ldg(p.xs + size_t(g0 + g) * p.xs_ld + tok) * wsc : 0.0f;
+        xsc[2 * i + h] = tok < M ? __ldg(p.xs + size_t(g0 + g) * p.xs_ld + xrow0 + tok) * wsc : 0.0f;
       }
     mbar_wait(&full_bar[stage], (g / S) & 1);
     __syncwarp();  // reconverge after the spin: wgmma is .sync.aligned
@@ -154,57 +167,31 @@ __global__ void __launch_bounds__(C::kThreads) gemm_fp8_skinny_kernel(const __gr
     }
   }
 
-#pragma unroll
-  for (int i = 0; i < BN / 8; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int tok = 8 * i + 2 * t4 + h;
-      if (tok >= p.M) continue;
-      float* out = p.y + blockIdx.y * p.split_stride + size_t(tok) * p.ldy + rows0 + r0;
-      out[0] = acc[4 * i + h];
-      out[8] = acc[4 * i + 2 + h];
-    }
+  store_swap_ab<BN>(acc, y + blockIdx.y * p.split_stride + rows0 + r0, M, p.ldy, t4);
 }
 
-// y[m][n] = the K splits' partial products added in split order (one thread per output).
-__global__ void add_splits_kernel(const float* parts, int splits, size_t stride, int M, int N, int ld, float* y,
-                                  int ldy) {
-  dev::pdl_begin();
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= M * N) return;
-  const int m = i / N, n = i % N;
-  float s = parts[size_t(m) * ld + n];
-  for (int k = 1; k < splits; ++k) s += parts[k * stride + size_t(m) * ld + n];
-  y[size_t(m) * ldy + n] = s;
-}
-
-// Row-major 2-D uint8 tensor [rows][K] with a {128, box_rows} box and the 128-byte swizzle; rows past `rows` read
-// as zeros.
-bool make_map(CUtensorMap* map, const uint8_t* base, int rows, int K, int box_rows) {
-  EncodeTiled enc = encode_fn();
-  if (!enc) return false;
-  cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
-  cuuint64_t strides[1] = {cuuint64_t(K)};
-  cuuint32_t box[2] = {128, cuuint32_t(box_rows)};
-  cuuint32_t estr[2] = {1, 1};
-  return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(base), dims, strides, box, estr,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
+// w_rows / x_rows: the rows the tensor maps cover (all experts' weights, all groups' activations when grouped);
+// z: the grid's third dimension (the groups' upper bound).
 template <class C>
-cudaError_t launch_skinny(const uint8_t* xq, const uint8_t* w, const SkinnyParams& p, cudaStream_t stream) {
-  static std::once_flag once;
-  static cudaError_t setup = cudaSuccess;
-  std::call_once(once, [] {
-    setup = cudaFuncSetAttribute(gemm_fp8_skinny_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 C::kSmemBytes);
-  });
+cudaError_t launch_skinny(const uint8_t* xq, int x_rows, const uint8_t* w, int w_rows, int z, const SkinnyParams& p,
+                          cudaStream_t stream) {
+  const cudaError_t setup = allow_smem_once<gemm_fp8_skinny_kernel<C>>(C::kSmemBytes);
   if (setup != cudaSuccess) return setup;
   CUtensorMap mw, mx;
-  if (!make_map(&mw, w, p.N, p.K, 64) || !make_map(&mx, xq, p.M, p.K, C::BN)) return cudaErrorInvalidValue;
-  return dev::launch(gemm_fp8_skinny_kernel<C>, dim3(p.N / (64 * C::WG), p.K / 128 / p.groups), dim3(C::kThreads),
-                     C::kSmemBytes, stream, mw, mx, p);
+  if (!make_map_2d(&mw, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, w_rows, p.K, 128, 64) ||
+      !make_map_2d(&mx, xq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, x_rows, p.K, 128, C::BN))
+    return cudaErrorInvalidValue;
+  return dev::launch(gemm_fp8_skinny_kernel<C>, dim3(p.N / (64 * C::WG), p.K / 128 / p.groups, z),
+                     dim3(C::kThreads), C::kSmemBytes, stream, mw, mx, p);
+}
+
+// One consumer warpgroup per CTA, 5-6 stages of 8 KB of weights; BN from the most rows a problem has.
+cudaError_t launch_by_rows(int rows, const uint8_t* xq, int x_rows, const uint8_t* w, int w_rows, int z,
+                           const SkinnyParams& p, cudaStream_t stream) {
+  if (rows <= 8) return launch_skinny<SkinnyCfg<8, 1, 6>>(xq, x_rows, w, w_rows, z, p, stream);
+  if (rows <= 16) return launch_skinny<SkinnyCfg<16, 1, 6>>(xq, x_rows, w, w_rows, z, p, stream);
+  if (rows <= 32) return launch_skinny<SkinnyCfg<32, 1, 6>>(xq, x_rows, w, w_rows, z, p, stream);
+  return launch_skinny<SkinnyCfg<64, 1, 5>>(xq, x_rows, w, w_rows, z, p, stream);
 }
 
 }  // namespace
@@ -213,14 +200,7 @@ bool gemm_fp8_skinny_fits(int M, int N, int K) {
   return M >= 1 && M <= 64 && N > 0 && N % 128 == 0 && K > 0 && K % 128 == 0;
 }
 
-int gemm_fp8_skinny_splits(int N, int K) {
-  // About two CTAs per SM: split K (into whole 128-k groups, at least 4 per split) while N / 64 CTAs fall short.
-  const int ctas = N / 64, groups = K / 128;
-  int splits = 1;
-  while (ctas * splits * 2 <= 2 * dev::sm_count() && groups % (splits * 2) == 0 && groups / (splits * 2) >= 4)
-    splits *= 2;
-  return splits;
-}
+int gemm_fp8_skinny_splits(int N, int K) { return skinny_k_splits(N / 64, K / 128); }
 
 size_t gemm_fp8_skinny_workspace_floats(int M, int N, int K) {
   const int splits = gemm_fp8_skinny_splits(N, K);
@@ -241,16 +221,31 @@ cudaError_t gemm_fp8_skinny(const uint8_t* xq, const float* x_scales, int xs_ld,
     p.ldy = N;
     p.split_stride = size_t(M) * N;
   }
-  // One consumer warpgroup per CTA, 5-6 stages of 8 KB of weights.
-  cudaError_t err;
-  if (M <= 8) err = launch_skinny<SkinnyCfg<8, 1, 6>>(xq, w, p, stream);
-  else if (M <= 16) err = launch_skinny<SkinnyCfg<16, 1, 6>>(xq, w, p, stream);
-  else if (M <= 32) err = launch_skinny<SkinnyCfg<32, 1, 6>>(xq, w, p, stream);
-  else err = launch_skinny<SkinnyCfg<64, 1, 5>>(xq, w, p, stream);
+  const cudaError_t err = launch_by_rows(M, xq, M, w, N, 1, p, stream);
   if (err != cudaSuccess || splits == 1) return err;
   const int n = M * N;
   return dev::launch(add_splits_kernel, dim3((n + 255) / 256), dim3(256), 0, stream, workspace, splits,
                      size_t(M) * N, M, N, N, y, ldy);
+}
+
+cudaError_t gemm_fp8_skinny_grouped(const uint8_t* xq, const float* x_scales, int xs_ld, int rows, int max_rows,
+                                    const uint8_t* w, const float* w_scales, int ws_ld, size_t ws_expert_stride,
+                                    int experts, int N, int K, const int* group_expert, const int* group_offset,
+                                    const int* group_count, const int* num_groups, int max_groups, float* y, int ldy,
+                                    cudaStream_t stream) {
+  if (rows == 0 || max_groups == 0) return cudaSuccess;
+  if (!gemm_fp8_skinny_fits(max_rows, N, K) || rows < 0 || experts < 1 || max_groups < 0 || !xq || !x_scales || !w ||
+      !w_scales || !y || !group_expert || !group_offset || !group_count || !num_groups || xs_ld < rows ||
+      ws_ld < K / 128 || ldy < N || int64_t(experts) * N > INT32_MAX || reinterpret_cast<uintptr_t>(xq) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(w) % 16 != 0)
+    return cudaErrorInvalidValue;
+  SkinnyParams p{x_scales, w_scales, y, max_rows, N, K, xs_ld, ws_ld, ldy, K / 128, 0};
+  p.g_expert = group_expert;
+  p.g_offset = group_offset;
+  p.g_count = group_count;
+  p.g_num = num_groups;
+  p.ws_expert_stride = ws_expert_stride;
+  return launch_by_rows(max_rows, xq, rows, w, experts * N, max_groups, p, stream);
 }
 
 }  // namespace moeserve::cuda

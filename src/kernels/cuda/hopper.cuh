@@ -98,4 +98,19 @@ inline EncodeTiled encode_fn() {
   return fn;
 }
 
+// Row-major 2-D tensor [rows][cols] of `elem_bytes`-byte elements with a {box_cols, box_rows} box (box_cols x
+// elem_bytes = 128) and the 128-byte swizzle that the K-major descriptors expect; rows past `rows` read as zeros.
+inline bool make_map_2d(CUtensorMap* map, const void* base, CUtensorMapDataType type, int elem_bytes, int rows,
+                        int cols, int box_cols, int box_rows) {
+  EncodeTiled enc = encode_fn();
+  if (!enc) return false;
+  cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  cuuint64_t strides[1] = {cuuint64_t(cols) * cuuint64_t(elem_bytes)};
+  cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
+  cuuint32_t estr[2] = {1, 1};
+  return enc(map, type, 2, const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 }  // namespace moeserve::cuda::hopper

@@ -98,6 +98,28 @@ size_t gemm_fp8_skinny_workspace_floats(int M, int N, int K);
 cudaError_t gemm_fp8_skinny(const uint8_t* xq, const float* x_scales, int xs_ld, int M, const uint8_t* w,
                             const float* w_scales, int ws_ld, int N, int K, float* y, int ldy, float* workspace,
                             size_t workspace_floats, cudaStream_t stream);
+// gemm_fp8_skinny over MoE groups (the routing's moe_group output, on the device): group z < *num_groups multiplies
+// its expert group_expert[z]'s weights (rows [e N, (e + 1) N) of w, block scales at w_scales + e ws_expert_stride)
+// with activation rows [group_offset[z], + group_count[z]) of xq [rows][K] (scales [K/128][xs_ld]) into the same
+// rows of y. Every group has at most max_rows <= 64 rows; max_groups bounds *num_groups (the grid). No K split.
+cudaError_t gemm_fp8_skinny_grouped(const uint8_t* xq, const float* x_scales, int xs_ld, int rows, int max_rows,
+                                    const uint8_t* w, const float* w_scales, int ws_ld, size_t ws_expert_stride,
+                                    int experts, int N, int K, const int* group_expert, const int* group_offset,
+                                    const int* group_count, const int* num_groups, int max_groups, float* y, int ldy,
+                                    cudaStream_t stream);
+// Skinny GEMM of BF16 activations and FP8 weights on BF16 tensor cores (gemm_bf16_fp8w_skinny.cu, sm_90a), for
+// 1..64 rows, `problems` side by side (V4's grouped wo_a: a BF16 einsum on the dequantized FP8 weight): problem p,
+// y[m][p N + n] (ldy) = sum over 128-k blocks kb of w_scales[(p N + n) / 128][kb] * sum_{k in kb} bf16(x[m][p K + k])
+// * e4m3(W[p N + n][k]), fp32 accumulation. xb [M][problems K] is bf16_permute16's output (the k order the kernel's
+// register fragments want), W [problems N][K] e4m3 with 128x128 block scales [problems N / 128][ws_ld]. K splits
+// and the workspace as gemm_fp8_skinny's. cudaErrorInvalidValue outside the fits or for misaligned operands.
+cudaError_t bf16_permute16(const float* x, int M, int K, int ldx, uint16_t* out, cudaStream_t stream);
+bool gemm_bf16_fp8w_skinny_fits(int M, int N, int K);
+int gemm_bf16_fp8w_skinny_splits(int N, int K, int problems);
+size_t gemm_bf16_fp8w_skinny_workspace_floats(int M, int N, int K, int problems);
+cudaError_t gemm_bf16_fp8w_skinny(const uint16_t* xb, int M, int problems, const uint8_t* w, const float* w_scales,
+                                  int ws_ld, int N, int K, float* y, int ldy, float* workspace,
+                                  size_t workspace_floats, cudaStream_t stream);
 // bf16 copy (round to nearest even): out [M][K] (row stride K).
 cudaError_t to_bf16(const float* x, int M, int K, int ldx, uint16_t* out, cudaStream_t stream);
 // x split into two bf16 terms (round to nearest even): hi = bf16(x), lo = bf16(x - hi), so hi + lo carries ~16

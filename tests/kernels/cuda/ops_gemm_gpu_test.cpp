@@ -538,5 +538,123 @@ TEST(CudaGemm, SkinnyFp8TensorCoreGemm) {
   }
 }
 
+// The BF16-activation x FP8-weight skinny GEMM (V4's grouped wo_a at 1..64 rows: a BF16 einsum on the dequantized
+// weight) against the double reference on bf16-rounded activations and the dequantized weights, `problems` groups
+// side by side, with the BF16 GEMM's fp32-accumulation tolerance; columns past the problems' outputs must stay
+// unwritten.
+TEST(CudaGemm, SkinnyBf16ActFp8WeightGemm) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  struct Shape { int problems, N, K; std::vector<int> Ms; };
+  for (const Shape& s : {Shape{8, 1024, 4096, {1, 3, 8, 13, 32, 64}}, Shape{16, 1024, 4096, {5}},
+                         Shape{1, 256, 128, {2, 64}}, Shape{3, 384, 1024, {9, 40}}}) {
+    const int NT = s.problems * s.N, KT = s.problems * s.K;
+    Weights w = make_weights(true, NT, s.K, 1, g);  // problem p: rows [p N, (p + 1) N)
+    auto wq = dev(w.q);
+    int bld;
+    auto dblk = dev(block_scales(w, &bld));
+    for (int M : s.Ms) {
+      ASSERT_TRUE(cuda::gemm_bf16_fp8w_skinny_fits(M, s.N, s.K));
+      auto x = normal(size_t(M) * KT, g);
+      auto dx = dev(x);
+      cuda::DeviceArray<uint16_t> xb(x.size(), "xb");
+      MOESERVE_CUDA_CHECK(cuda::bf16_permute16(dx.data(), M, KT, KT, xb.data(), nullptr));
+      std::vector<float> xr(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
+      const int ldy = NT + 64;  // the pad past the outputs must stay poisoned
+      const float rel = 2.0f * float(s.K) / 16777216.0f;
+      std::vector<float> want(size_t(M) * NT), tol(want.size());
+      parallel_for(NT, 16, [&](int64_t b, int64_t e) {
+        for (int m = 0; m < M; ++m)
+          for (int64_t col = b; col < e; ++col) {
+            const int p = int(col / s.N), n = int(col % s.N);
+            double r, as;
+            reference(xr.data() + size_t(p) * s.K, KT, w.deq.data() + size_t(p) * s.N * s.K, s.K, m, n, &r, &as);
+            want[size_t(m) * NT + col] = float(r);
+            tol[size_t(m) * NT + col] = float(as) * rel;
+          }
+      });
+      const size_t wsn = cuda::gemm_bf16_fp8w_skinny_workspace_floats(M, s.N, s.K, s.problems);
+      cuda::DeviceArray<float> work(std::max<size_t>(wsn, 1), "split workspace");
+      for (bool split : {true, false}) {
+        auto y = poisoned<float>(size_t(M) * ldy);
+        MOESERVE_CUDA_CHECK(cuda::gemm_bf16_fp8w_skinny(xb.data(), M, s.problems, wq.data(), dblk.data(), bld, s.N,
+                                                        s.K, y.data(), ldy, split ? work.data() : nullptr,
+                                                        split ? wsn : 0, nullptr));
+        MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = host(y);
+        std::vector<float> rows(want.size());
+        for (int m = 0; m < M; ++m)
+          for (int c = 0; c < NT; ++c) rows[size_t(m) * NT + c] = got[size_t(m) * ldy + c];
+        const int splits = cuda::gemm_bf16_fp8w_skinny_splits(s.N, s.K, s.problems);
+        expect_close(rows, want, tol,
+                     "skinny bf16 x fp8w " + std::to_string(M) + "x" + std::to_string(s.problems) + "x" +
+                         std::to_string(s.N) + "x" + std::to_string(s.K) +
+                         (split ? " in " + std::to_string(splits) + " K splits" : ""));
+        for (int m = 0; m < M; ++m)
+          for (int c = NT; c < ldy; ++c)
+            ASSERT_TRUE(std::isnan(got[size_t(m) * ldy + c])) << "written past the outputs at row " << m;
+      }
+    }
+  }
+}
+
+// gemm_fp8_skinny over MoE groups: uneven groups (one empty), experts out of order, a grid with more slots than
+// groups, against the double reference on the FP8-simulated activations with cuBLASLt's FP8 tolerance.
+TEST(CudaGemm, SkinnyFp8GroupedOverExperts) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  struct Shape { int E, N, K; std::vector<int> counts; };
+  for (const Shape& s : {Shape{16, 256, 512, {3, 1, 0, 8, 2}}, Shape{12, 4096, 4096, {1, 1, 1, 1, 1, 1}},
+                         Shape{8, 384, 1024, {40, 17, 64}}}) {
+    Weights w = make_weights(true, s.E * s.N, s.K, 1, g);  // expert e: rows [e N, (e + 1) N)
+    auto wq = dev(w.q);
+    int bld;
+    auto dblk = dev(block_scales(w, &bld));
+    const size_t stride = size_t(s.N / 128) * bld;
+    const int G = int(s.counts.size());
+    std::vector<int> expert(static_cast<size_t>(G)), offset(static_cast<size_t>(G));
+    int rows = 0, max_rows = 1;
+    for (int z = 0; z < G; ++z) {
+      expert[size_t(z)] = int((size_t(z) * 7919 + 3) % size_t(s.E));  // distinct for these shapes, out of order
+      offset[size_t(z)] = rows;
+      rows += s.counts[size_t(z)];
+      max_rows = std::max(max_rows, s.counts[size_t(z)]);
+    }
+    auto x = normal(size_t(rows) * s.K, g);
+    auto dx = dev(x);
+    cuda::DeviceArray<uint8_t> xq(x.size(), "xq");
+    cuda::DeviceArray<float> xs(size_t(rows) * (s.K / 128), "xs");
+    MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(dx.data(), rows, s.K, s.K, xq.data(), xs.data(), nullptr));
+    std::vector<float> xr = x;
+    ref::fp8_block_sim(xr.data(), rows, s.K, s.K, 128);
+    std::vector<float> want(size_t(rows) * s.N), tol(want.size());
+    for (int z = 0; z < G; ++z)
+      parallel_for(s.N, 16, [&](int64_t b, int64_t e) {
+        for (int r = offset[size_t(z)]; r < offset[size_t(z)] + s.counts[size_t(z)]; ++r)
+          for (int64_t n = b; n < e; ++n) {
+            double v, as;
+            reference(xr.data(), s.K, w.deq.data() + size_t(expert[size_t(z)]) * s.N * s.K, s.K, r, int(n), &v, &as);
+            want[size_t(r) * s.N + n] = float(v);
+            tol[size_t(r) * s.N + n] = float(as / 1024.0);
+          }
+      });
+    auto de = dev(expert), doff = dev(offset), dcnt = dev(s.counts), dnum = dev(std::vector<int>{G});
+    const int ldy = s.N + 32;  // the pad past N must stay poisoned
+    auto y = poisoned<float>(size_t(rows) * ldy);
+    MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny_grouped(xq.data(), xs.data(), rows, rows, max_rows, wq.data(), dblk.data(),
+                                                      bld, stride, s.E, s.N, s.K, de.data(), doff.data(), dcnt.data(),
+                                                      dnum.data(), G + 3, y.data(), ldy, nullptr));
+    MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = host(y);
+    std::vector<float> out(want.size());
+    for (int r = 0; r < rows; ++r)
+      for (int n = 0; n < s.N; ++n) out[size_t(r) * s.N + n] = got[size_t(r) * ldy + n];
+    expect_close(out, want, tol, "grouped skinny fp8 E=" + std::to_string(s.E) + " N=" + std::to_string(s.N));
+    for (int r = 0; r < rows; ++r)
+      for (int n = s.N; n < ldy; ++n) ASSERT_TRUE(std::isnan(got[size_t(r) * ldy + n])) << "written past N, row " << r;
+  }
+}
+
 }  // namespace
 }  // namespace moeserve

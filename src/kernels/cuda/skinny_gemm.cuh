@@ -1,0 +1,80 @@
+#pragma once
+// Pieces shared by the skinny tensor-core GEMMs (gemm_fp8_skinny.cu, gemm_bf16_fp8w_skinny.cu): the stage
+// barriers, the swap-AB accumulator store, the one-time shared-memory opt-in, and the K splits (weights of few
+// rows give few CTAs, so K is split over more of them into a workspace of fp32 partial products, which a second
+// launch adds in split order: the result does not depend on scheduling).
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <mutex>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/hopper.cuh"
+
+namespace moeserve::cuda {
+
+// About two CTAs per SM: split K (into whole 128-k groups, at least 4 per split) while `ctas` fall short.
+inline int skinny_k_splits(int ctas, int groups) {
+  int splits = 1;
+  while (ctas * splits * 2 <= 2 * dev::sm_count() && groups % (splits * 2) == 0 && groups / (splits * 2) >= 4)
+    splits *= 2;
+  return splits;
+}
+
+namespace {
+
+// Thread 0 initializes S full barriers (one arrival: the producer's, plus the TMA bytes) and S empty barriers (one
+// arrival per consumer warp); then the block synchronizes.
+template <int S>
+__device__ __forceinline__ void init_stage_barriers(uint64_t* full, uint64_t* empty, int consumer_warps) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      hopper::mbar_init(&full[s], 1);
+      hopper::mbar_init(&empty[s], uint32_t(consumer_warps));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+}
+
+// The swap-AB accumulators of an m64nBN wgmma to y: accumulator j holds weight row r0 + 8 ((j >> 1) & 1) and
+// activation row 8 (j >> 2) + 2 t4 + (j & 1); rows past M are not written. `out` points at y's column of row r0.
+template <int BN>
+__device__ __forceinline__ void store_swap_ab(const float (&acc)[BN / 2], float* out, int M, int ldy, int t4) {
+#pragma unroll
+  for (int i = 0; i < BN / 8; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int tok = 8 * i + 2 * t4 + h;
+      if (tok >= M) continue;
+      out[size_t(tok) * ldy] = acc[4 * i + h];
+      out[size_t(tok) * ldy + 8] = acc[4 * i + 2 + h];
+    }
+}
+
+// The kernel's dynamic shared memory opt-in, once per kernel (a template argument: kernels of one signature share
+// a function pointer type, so a type parameter would share the flag).
+template <auto Kernel>
+cudaError_t allow_smem_once(int bytes) {
+  static std::once_flag once;
+  static cudaError_t setup = cudaSuccess;
+  std::call_once(once,
+                 [&] { setup = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes); });
+  return setup;
+}
+
+// y[m][n] = the K splits' partial products added in split order (one thread per output).
+__global__ void add_splits_kernel(const float* parts, int splits, size_t stride, int M, int N, int ld, float* y,
+                                  int ldy) {
+  dev::pdl_begin();
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= M * N) return;
+  const int m = i / N, n = i % N;
+  float s = parts[size_t(m) * ld + n];
+  for (int k = 1; k < splits; ++k) s += parts[k * stride + size_t(m) * ld + n];
+  y[size_t(m) * ldy + n] = s;
+}
+}  // namespace
+
+}  // namespace moeserve::cuda
