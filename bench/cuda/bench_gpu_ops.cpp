@@ -527,7 +527,9 @@ void bench_layer_decode(cuda::Blas& blas) {
       k.m = model::GpuModel::dummy(c, li == 0 ? 2 : 4, cuda::WeightType::FP8, et, 3, {false, model::Numerics::checkpoint()});
       k.cache = std::make_unique<model::GpuKvCache>(k.m->kv_layout(), B, int64_t(B) * (ctx / 256 + 2));
       k.seqs.resize(size_t(B));
-      k.toks.assign(size_t(B), 5);
+      // Distinct tokens: identical ones give identical hidden states, so every sequence routes to the same 6
+      // experts and a batch touches 6 experts' weights, not the ~E (1 - (1 - 6/E)^B) the roofline counts.
+      for (int q = 0; q < B; ++q) k.toks.push_back(int32_t(5 + (q * 7919) % int(c.vocab_size - 5)));
       for (auto& sq : k.seqs) {
         sq = k.cache->host().open_sequence();
         k.cache->host().reserve(sq, ctx + 64);

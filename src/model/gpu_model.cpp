@@ -98,6 +98,7 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   if (const char* e = std::getenv("MOESERVE_BRANCHES"); e && std::string(e) == "0") options_.concurrent_branches = false;
   if (const char* e = std::getenv("MOESERVE_MOE_CHAIN"); e && std::string(e) == "0") options_.moe_chain = false;
   if (const char* e = std::getenv("MOESERVE_FP8_SKINNY"); e && std::string(e) == "0") fp8_skinny_ = false;
+  if (const char* e = std::getenv("MOESERVE_SHARED_AT"); e && std::string(e) == "router") shared_after_glue_ = false;
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&branch_ev_, cudaEventDisableTiming));
 }
 
@@ -653,11 +654,18 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
 
   // The shared expert writes `out` (on side stream 0 in a decode-sized step); the routed experts' combine adds
   // to it after the join.
-  if (par) fork(0);
-  linear(L.shared_w13.view(), x, T, D, sh13_, 2 * I, true);
-  MOESERVE_CUDA_CHECK(cuda::swiglu(sh13_, T, nullptr, I, limit, nullptr, sact_, cur()));
-  linear(L.shared_w2.view(), sact_, T, I, out, D, true);
-  to_main();
+  auto shared = [&] {
+    if (par) fork(0);
+    linear(L.shared_w13.view(), x, T, D, sh13_, 2 * I, true);
+    MOESERVE_CUDA_CHECK(cuda::swiglu(sh13_, T, nullptr, I, limit, nullptr, sact_, cur()));
+    linear(L.shared_w2.view(), sact_, T, I, out, D, true);
+    to_main();
+  };
+  // At one token the shared expert's GEMVs, running beside the router and the routing glue (a chain of small
+  // latency-bound launches), delayed them; forked after the glue they overlap W13 instead: V4-Flash layer
+  // 138.7 vs 141.9 us at batch 1, but 205.3 vs 203.2 at batch 8, where W13 moves more bytes (device-ab, same call).
+  const bool after_glue = par && T == 1 && shared_after_glue_ && L.experts_mxfp4.defined();
+  if (!after_glue) shared();
   linear(L.gate.view(), x, T, D, gate_logits_, E, false, /*fp32_input=*/true);
   cuda::RouteLogits route;
   route.logits = gate_logits_;
@@ -680,7 +688,8 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
     MOESERVE_CUDA_CHECK(cuda::moe_route(route.logits, T, E, K, route.func, route.bias, route.tid2eid, route.token_ids,
                                         route.norm_topk, route.route_scale, chosen_, route_w_, st));
   if (L.experts_mxfp4.defined()) {
-    moe_mxfp4(L.experts_mxfp4, T, K, limit, x, glue_routes ? &route : nullptr);
+    moe_mxfp4(L.experts_mxfp4, T, K, limit, x, glue_routes ? &route : nullptr,
+              after_glue ? std::function<void()>(shared) : nullptr);
     if (par) join(0);
     if (combine) MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
     return;
@@ -695,7 +704,8 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
   const bool sim = num.act_fp8 && L.experts_w13.act_quant;
   const bool large = !options_.exact && TK > kSkinnyRows * E;
   const GemmView w13v = L.experts_w13.view(), w2v = L.experts_w2.view();
-  const int max_rows = spec.hash_moe ? TK : T;  // distinct experts per token: an expert has at most T rows
+  // Distinct experts per token (top-k, or a hash table checked at load): an expert has at most T rows.
+  const int max_rows = spec.hash_moe && !L.tid2eid_distinct ? TK : T;
   if (!large && !options_.exact && fp8_skinny_ && sim && w13v.type == WeightType::FP8 && w13v.blk_scale &&
       w2v.blk_scale && cuda::gemm_fp8_skinny_fits(max_rows, 2 * I, D) && cuda::gemm_fp8_skinny_fits(max_rows, D, I)) {
     // FP8 experts at up to 64 rows each: the tensor-core skinny GEMM over the routing's groups (rows gathered in
@@ -733,7 +743,7 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
     a.group_count = gc;
     a.num_groups = ng;
     a.x_rows = token_of_row_;
-    a.max_group_rows = spec.hash_moe ? 0 : T;  // distinct experts per token: an expert has at most T rows
+    a.max_group_rows = max_rows == T ? T : 0;  // 0: any count (a hash table with repeated experts)
     MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
     MOESERVE_CUDA_CHECK(cuda::swiglu(h13_, TK, nullptr, I, limit, weight_of_row_, act_, st));
     cuda::GemvArgs a2 = a;  // the same groups
@@ -778,7 +788,7 @@ constexpr size_t kMoePrefetchBudget = size_t(16) << 20;
 // power-of-two scales from the fp32 activations, fp32 GEMM outputs, no bf16 rounding: the checkpoint numerics
 // of the reference engine, up to summation order and the tensor cores' accumulation inside each 128-k group.
 void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, const float* x,
-                         const cuda::RouteLogits* route) {
+                         const cuda::RouteLogits* route, const std::function<void()>& after_glue) {
   cudaStream_t st = stream();
   const int TK = T * K, E = ex.E, D = ex.D, I = ex.I;
   const int sa_ld = (TK + 3) / 4 * 4;
@@ -805,6 +815,7 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
                                              cuda::moe_route_rows_workspace(T, K, E), st));
     MOESERVE_CUDA_CHECK(cuda::moe_gather_quant_f32(x, D, w4_slot_of_row_, TK, K, w4_a_, w4_sa_, sa_ld, st));
   }
+  if (after_glue) after_glue();
   MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(w13, {w4_a_, w4_sa_, TK, sa_ld}, w4_counts_, h13_,
                                                              cuda::MoeOutType::F32, expected_rows, -1, st, c13));
   MOESERVE_CUDA_CHECK(

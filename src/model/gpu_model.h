@@ -12,6 +12,7 @@
 #if MOESERVE_WITH_CUDA
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -101,7 +102,9 @@ class GpuModel {
   // combine = false leaves the routed experts' rows in ye_ (row_of_slot_) for the caller to add (hc_post_mix).
   void moe(const Plan& p, int layer, const float* x, float* out, bool combine);
   // route: the decode step's router arguments when the glue launch routes (moe_route was not run), else null.
-  void moe_mxfp4(const GpuMxfp4Experts& experts, int T, int K, float limit, const float* x, const cuda::RouteLogits* route);
+  // after_glue: called (when set) once the routing glue is enqueued (the shared expert's fork at one token).
+  void moe_mxfp4(const GpuMxfp4Experts& experts, int T, int K, float limit, const float* x, const cuda::RouteLogits* route,
+                 const std::function<void()>& after_glue = {});
   // fp32_input: the reference computes this linear on an fp32 input (router gate, compressors; the head is
   // left on one bf16 term: its rounding moves logits by ~1e-3, not selections).
   void linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
@@ -136,6 +139,9 @@ class GpuModel {
   // FP8 linears of 2..64 rows in checkpoint numerics through the tensor-core skinny GEMM
   // (kernels/cuda/gemm_fp8_skinny.cu) where skinny_fp8_preferred; MOESERVE_FP8_SKINNY=0 turns it off (A/B runs).
   bool fp8_skinny_ = true;
+  // A one-token step's shared expert forks off the main stream after the MXFP4 routing glue, not before the
+  // router (MOESERVE_SHARED_AT=router keeps it before, for A/B runs).
+  bool shared_after_glue_ = true;
   static bool skinny_fp8_preferred(int M, int N, int K);
 
   // Workspace (grow-only; a growth invalidates captured graphs).

@@ -36,6 +36,15 @@ DeviceArray<float> random_f32(size_t n, float scale, uint64_t seed, cudaStream_t
   return a;
 }
 
+// Whether each row of `width` ids holds distinct values (tid2eid: a token's hash experts).
+bool rows_distinct(const std::vector<int>& ids, size_t width) {
+  for (size_t r = 0; width > 0 && r + width <= ids.size(); r += width)
+    for (size_t i = r; i < r + width; ++i)
+      for (size_t j = r; j < i; ++j)
+        if (ids[i] == ids[j]) return false;
+  return true;
+}
+
 float scale_at(const LinearWeight& w, int64_t br, int64_t bc) {
   const int64_t cols = w.scale.dim(1);
   if (w.scale.dtype() == DType::F32) return w.scale.f32()[br * cols + bc];
@@ -291,6 +300,7 @@ GpuWeights GpuWeights::upload(const io::ModelConfig& c, const ModelWeights& w, b
       std::vector<int> ids(size_t(m.tid2eid.numel()));
       for (size_t i = 0; i < ids.size(); ++i) ids[i] = int(m.tid2eid.data<int64_t>()[i]);
       L.tid2eid = DeviceArray<int>::from(std::span<const int>(ids), p + ".ffn.gate.tid2eid");
+      L.tid2eid_distinct = rows_distinct(ids, size_t(m.tid2eid.dim(1)));
     }
     std::vector<const LinearWeight*> w13, w2;
     for (const ExpertWeights& x : m.experts) {
@@ -388,6 +398,7 @@ GpuWeights GpuWeights::random(const io::ModelConfig& c, WeightType lt, WeightTyp
       for (size_t t = 0; t < size_t(c.vocab_size); ++t)  // distinct experts per token
         for (size_t k = 0; k < size_t(c.experts_per_token); ++k) ids[t * c.experts_per_token + k] = int((t * 7 + k * 37) % size_t(E));
       L.tid2eid = DeviceArray<int>::from(std::span<const int>(ids), p + ".tid2eid");
+      L.tid2eid_distinct = rows_distinct(ids, size_t(c.experts_per_token));
     } else {
       L.gate_bias = random_f32(size_t(E), 0.01f, next(), stream, p + ".gate.bias");
     }

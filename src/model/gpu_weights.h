@@ -96,6 +96,7 @@ struct GpuLayer {
   GpuLinear gate;  // router [E, D]
   cuda::DeviceArray<float> gate_bias;
   cuda::DeviceArray<int> tid2eid;
+  bool tid2eid_distinct = false;  // every token's hash experts distinct: an expert gets at most one row per token
   GpuLinear experts_w13, experts_w2;  // E stacked [2I, D], [D, I]; empty when experts_mxfp4 holds them
   GpuMxfp4Experts experts_mxfp4;
   GpuLinear shared_w13, shared_w2;
