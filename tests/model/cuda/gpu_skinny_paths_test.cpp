@@ -1,0 +1,85 @@
+// The tensor-core paths of checkpoint numerics at 2-64 rows inside the model (GpuModel::linear's gemm_fp8_skinny,
+// the grouped wo_a's gemm_bf16_fp8w_skinny, FP8 routed experts' gemm_fp8_skinny_grouped), against the CPU reference
+// engine under the same numerics. The kernels have their own differential tests (ops_gemm_gpu_test.cpp); this one
+// checks how the engine feeds them: scratch per stream, the groups, the scale strides, the wo_a layout. A random
+// checkpoint of tiny_hf's architecture, widened so that the shapes fit the kernels' tiles and chunks of 16-32
+// rows pass skinny_fp8_preferred's threshold, converted with `moeserve convert`'s fp8 target (FP8 experts). One
+// layer, as in gpu_w4a8_moe_test.cpp: more layers of a random model turn tiny differences into flipped top-k
+// choices.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+
+#include "engine/generate.h"
+#include "engine/gpu_generate.h"
+#include "kernels/cuda/device.h"
+#include "model/fixture.h"
+#include "model/gpu_model.h"
+#include "model/model.h"
+#include "random_checkpoint.h"
+#include "temp_dir.h"
+
+namespace moeserve {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (!::moeserve::cuda::available()) GTEST_SKIP() << "no GPU: " << ::moeserve::cuda::device_info().reason
+
+TEST(GpuSkinnyPaths, CheckpointNumericsTrackTheCpuReference) {
+  SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  nlohmann::json config = testing::read_config(testing::model_fixture("tiny_hf"));
+  // Hidden 1024, 8 heads of 128, q rank 512, wo_a 2 groups of 128 x 512, experts 512 wide: every FP8 linear but
+  // wkv passes 8M row x weight elements at 32 rows, the shared w13 at 16.
+  config["hidden_size"] = 1024;
+  config["num_attention_heads"] = 8;
+  config["head_dim"] = 128;
+  config["q_lora_rank"] = 512;
+  config["o_groups"] = 2;
+  config["o_lora_rank"] = 128;
+  config["moe_intermediate_size"] = 512;
+  config["index_head_dim"] = 128;
+  config["num_hidden_layers"] = 1;
+  config["layer_types"] = {"compressed_sparse_attention"};
+  config["mlp_layer_types"] = {"moe"};
+  testing::write_random_checkpoint(dir.file("f32"), config, 13);
+  testing::convert(dir.file("f32"), dir.file("fp8"), model::WeightsTarget::Fp8);
+  auto model = model::Model::load(dir.file("fp8"));
+
+  // The fast numerics take the paths under test: FP8 weights with block scales, FP8 experts, an FP8 wo_a.
+  const model::Numerics ckpt = model::Numerics::checkpoint();
+  {
+    auto fast = model::GpuModel::from_model(*model, {false, ckpt});
+    const model::GpuLayer& L = fast->weights().layers[0];
+    ASSERT_EQ(L.experts_w13.type, cuda::WeightType::FP8);
+    ASSERT_NE(L.experts_w13.view().blk_scale, nullptr);
+    ASSERT_NE(L.experts_w2.view().blk_scale, nullptr);
+    ASSERT_EQ(L.wo_a.type, cuda::WeightType::FP8);
+    ASSERT_NE(L.wo_a.view().blk_scale, nullptr);
+    ASSERT_NE(L.wq_b.view().blk_scale, nullptr);
+  }
+
+  std::vector<int32_t> ids(64);
+  std::mt19937 rng(7);
+  for (auto& t : ids) t = int32_t(rng() % uint32_t(model->config().vocab_size));
+  // As in the W4A8 test: the GPU's error must be small next to what the formats do to the logits (checkpoint
+  // against reference numerics on the CPU). The paths differ from the CPU's arithmetic by summation order, the
+  // tensor cores' accumulation inside each 128-k block, activations within rounding of an FP8 boundary, and wo_a's
+  // input rounded to bf16 as the reference's einsum does (the CPU engine keeps it fp32).
+  const Tensor cpu_ckpt = engine::all_logits(*model, ids, 32, ckpt);
+  const Tensor cpu_ref = engine::all_logits(*model, ids, 32, model::Numerics::reference());
+  const float format_effect = testing::max_abs_diff(cpu_ckpt, cpu_ref);
+  ASSERT_GT(format_effect, 0.0f);
+  for (int64_t chunk : {int64_t(32), int64_t(16), int64_t(8), int64_t(3)}) {
+    const Tensor gpu = engine::all_logits_cuda(*model, ids, chunk, ckpt, {false, false});
+    const float diff = testing::max_abs_diff(gpu, cpu_ckpt);
+    std::printf("  skinny paths, chunk %lld: max |gpu - cpu (checkpoint numerics)| = %.3g; format effect %.3g "
+                "(ratio %.3f)\n",
+                (long long)chunk, diff, format_effect, diff / format_effect);
+    EXPECT_LE(diff, 0.1f * format_effect) << "chunk " << chunk;
+  }
+}
+
+}  // namespace
+}  // namespace moeserve
