@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <mutex>
 
 #include "kernels/cuda/common.cuh"
@@ -13,10 +14,17 @@
 
 namespace moeserve::cuda {
 
-// About two CTAs per SM: split K (into whole 128-k groups, at least 4 per split) while `ctas` fall short.
+// Up to `per_sm` CTAs per SM (default 2; MOESERVE_SKINNY_CTAS_PER_SM=N for A/B runs: the H200 runs showed more,
+// shorter CTAs moving bytes faster, wq_b's 512 CTAs of 8 groups at 72 % against shared w13's 128 of 16 at 44 %,
+// not yet tried as a setting): split K (into whole 128-k groups, at least 4 per split) while `ctas` fall short.
 inline int skinny_k_splits(int ctas, int groups) {
+  static const int per_sm = [] {
+    const char* e = std::getenv("MOESERVE_SKINNY_CTAS_PER_SM");
+    const int v = e ? std::atoi(e) : 0;
+    return v >= 1 && v <= 16 ? v : 2;
+  }();
   int splits = 1;
-  while (ctas * splits * 2 <= 2 * dev::sm_count() && groups % (splits * 2) == 0 && groups / (splits * 2) >= 4)
+  while (ctas * splits * 2 <= per_sm * dev::sm_count() && groups % (splits * 2) == 0 && groups / (splits * 2) >= 4)
     splits *= 2;
   return splits;
 }
