@@ -10,7 +10,8 @@
 // cuBLASLt's block-scaling mode and the W4A8 kernel do). One CTA per 64 WG weight rows and K split; no
 // persistence. Weights of few rows (N / 64 well under the SM count: V4-Flash's 4096-row linears give 64 CTAs) split K
 // over blockIdx.y into a workspace of fp32 partial products, which a second launch adds in split order (the
-// result does not depend on scheduling).
+// result does not depend on scheduling). Grouped mode (gemm_fp8_skinny_grouped, FP8 routed experts): blockIdx.z is
+// a routing group; its expert, rows and count come from device memory after pdl_wait, so no weights load early.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
