@@ -136,11 +136,16 @@ void* GpuModel::Buf::get(size_t bytes, uint64_t* generation) {
   return buf.data();
 }
 
+int GpuModel::cur_side() const {
+  for (int i = 0; i < kSides; ++i)
+    if (cur_ == sides_[i].get()) return i;
+  return kSides;
+}
+
 // One scratch per stream, so that concurrent branches never share one.
 float* GpuModel::tmp_f32(size_t n) {
-  int id = 100;
-  for (int i = 0; i < kSides; ++i)
-    if (cur_ == sides_[i].get()) id = 110 + i;
+  const int side = cur_side();
+  const int id = side == kSides ? 100 : 110 + side;
   return static_cast<float*>(bufs_[id].get(n * 4, &generation_));
 }
 
@@ -366,9 +371,7 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
   // (branches run concurrently).
   if (fp8_skinny_ && !options_.exact && sim && v.type == WeightType::FP8 && v.blk_scale && ldx % 4 == 0 &&
       skinny_fp8_preferred(M, v.N, K)) {
-    int side = kSides;
-    for (int i = 0; i < kSides; ++i)
-      if (cur_ == sides_[i].get()) side = i;
+    const int side = cur_side();
     auto* xq = static_cast<uint8_t*>(bufs_[120 + side].get(size_t(M) * K, &generation_));
     auto* xs = static_cast<float*>(bufs_[130 + side].get(size_t(M) * (K / 128) * 4, &generation_));
     const size_t wsn = cuda::gemm_fp8_skinny_workspace_floats(M, v.N, K);
@@ -603,9 +606,8 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     MOESERVE_CUDA_CHECK(cuda::gemm_bf16_fp8w_skinny(xb, T, G, static_cast<const uint8_t*>(wa.w), wa.blk_scale,
                                                     wa.blk_ld, olora, group_in, grouped_, G * olora, work, wsn, st));
   } else if (options_.exact || T <= kSkinnyRows) {
-    const GemmView w = wa;
     cuda::GemvArgs a;
-    set_weights(a, w, olora, group_in);  // group g: rows [g*olora, (g+1)*olora) of wo_a
+    set_weights(a, wa, olora, group_in);  // group g: rows [g*olora, (g+1)*olora) of wo_a
     a.x = o_;
     a.ldx = H * hd;
     a.x_stride = group_in;
@@ -703,11 +705,11 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
                                       weight_of_row_, st));
   const bool sim = num.act_fp8 && L.experts_w13.act_quant;
   const bool large = !options_.exact && TK > kSkinnyRows * E;
-  const GemmView w13v = L.experts_w13.view(), w2v = L.experts_w2.view();
+  const GemmView w13 = L.experts_w13.view(), w2 = L.experts_w2.view();
   // Distinct experts per token (top-k, or a hash table checked at load): an expert has at most T rows.
   const int max_rows = spec.hash_moe && !L.tid2eid_distinct ? TK : T;
-  if (!large && !options_.exact && fp8_skinny_ && sim && w13v.type == WeightType::FP8 && w13v.blk_scale &&
-      w2v.blk_scale && cuda::gemm_fp8_skinny_fits(max_rows, 2 * I, D) && cuda::gemm_fp8_skinny_fits(max_rows, D, I)) {
+  if (!large && !options_.exact && fp8_skinny_ && sim && w13.type == WeightType::FP8 && w13.blk_scale &&
+      w2.blk_scale && cuda::gemm_fp8_skinny_fits(max_rows, 2 * I, D) && cuda::gemm_fp8_skinny_fits(max_rows, D, I)) {
     // FP8 experts at up to 64 rows each: the tensor-core skinny GEMM over the routing's groups (rows gathered in
     // group order, quantized as the checkpoint does; ye_ holds the gathered rows until W2 writes it).
     auto* xq = static_cast<uint8_t*>(bufs_[107].get(size_t(TK) * std::max(D, I), &generation_));
@@ -716,16 +718,14 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
     MOESERVE_CUDA_CHECK(cuda::gather_rows(x, D, token_of_row_, TK, ye_, st));
     MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(ye_, TK, D, D, xq, xs, st));
     MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny_grouped(
-        xq, xs, TK, TK, max_rows, static_cast<const uint8_t*>(w13v.w), w13v.blk_scale, w13v.blk_ld,
-        size_t(2 * I / 128) * w13v.blk_ld, E, 2 * I, D, ge, go, gc, ng, slots, h13_, 2 * I, st));
+        xq, xs, TK, TK, max_rows, static_cast<const uint8_t*>(w13.w), w13.blk_scale, w13.blk_ld,
+        size_t(2 * I / 128) * w13.blk_ld, E, 2 * I, D, ge, go, gc, ng, slots, h13_, 2 * I, st));
     MOESERVE_CUDA_CHECK(cuda::swiglu(h13_, TK, nullptr, I, limit, weight_of_row_, act_, st));
     MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(act_, TK, I, I, xq, xs, st));
     MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny_grouped(
-        xq, xs, TK, TK, max_rows, static_cast<const uint8_t*>(w2v.w), w2v.blk_scale, w2v.blk_ld,
-        size_t(D / 128) * w2v.blk_ld, E, D, I, ge, go, gc, ng, slots, ye_, D, st));
+        xq, xs, TK, TK, max_rows, static_cast<const uint8_t*>(w2.w), w2.blk_scale, w2.blk_ld,
+        size_t(D / 128) * w2.blk_ld, E, D, I, ge, go, gc, ng, slots, ye_, D, st));
   } else if (!large) {
-    const GemmView& w13 = w13v;
-    const GemmView& w2 = w2v;
     cuda::GemvArgs a;
     set_weights(a, w13, 2 * I, D);
     a.x = x;

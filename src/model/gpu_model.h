@@ -118,6 +118,8 @@ class GpuModel {
   cudaStream_t cur() const { return cur_ ? cur_ : stream_.get(); }
   void fork(int side);
   void to_main() { cur_ = nullptr; }
+  // The side stream work is issued on (0..kSides-1), or kSides on the main stream: per-stream scratch index.
+  int cur_side() const;
   void join(int side);
 
   io::ModelConfig config_;
