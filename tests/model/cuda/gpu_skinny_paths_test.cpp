@@ -8,11 +8,6 @@
 // choices.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <random>
-
-#include "engine/generate.h"
-#include "engine/gpu_generate.h"
 #include "kernels/cuda/device.h"
 #include "model/fixture.h"
 #include "model/gpu_model.h"
@@ -60,25 +55,11 @@ TEST(GpuSkinnyPaths, CheckpointNumericsTrackTheCpuReference) {
     ASSERT_NE(L.wq_b.view().blk_scale, nullptr);
   }
 
-  std::vector<int32_t> ids(64);
-  std::mt19937 rng(7);
-  for (auto& t : ids) t = int32_t(rng() % uint32_t(model->config().vocab_size));
   // As in the W4A8 test: the GPU's error must be small next to what the formats do to the logits (checkpoint
   // against reference numerics on the CPU). The paths differ from the CPU's arithmetic by summation order, the
   // tensor cores' accumulation inside each 128-k block, activations within rounding of an FP8 boundary, and wo_a's
   // input rounded to bf16 as the reference's einsum does (the CPU engine keeps it fp32).
-  const Tensor cpu_ckpt = engine::all_logits(*model, ids, 32, ckpt);
-  const Tensor cpu_ref = engine::all_logits(*model, ids, 32, model::Numerics::reference());
-  const float format_effect = testing::max_abs_diff(cpu_ckpt, cpu_ref);
-  ASSERT_GT(format_effect, 0.0f);
-  for (int64_t chunk : {int64_t(32), int64_t(16), int64_t(8), int64_t(3)}) {
-    const Tensor gpu = engine::all_logits_cuda(*model, ids, chunk, ckpt, {false, false});
-    const float diff = testing::max_abs_diff(gpu, cpu_ckpt);
-    std::printf("  skinny paths, chunk %lld: max |gpu - cpu (checkpoint numerics)| = %.3g; format effect %.3g "
-                "(ratio %.3f)\n",
-                (long long)chunk, diff, format_effect, diff / format_effect);
-    EXPECT_LE(diff, 0.1f * format_effect) << "chunk " << chunk;
-  }
+  testing::expect_gpu_tracks_checkpoint_numerics(*model, 64, 7, 32, {32, 16, 8, 3}, "skinny paths");
 }
 
 }  // namespace

@@ -6,17 +6,8 @@
 // layer's expert or indexer top-k choice, and the logits then differ by as much as the formats' own effect.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <fstream>
-#include <random>
-
-#include "engine/generate.h"
-#include "engine/gpu_generate.h"
-#include "io/model_config.h"
-#include "io/safetensors.h"
 #include "kernels/cuda/device.h"
 #include "model/checkpoint_edit.h"
-#include "model/checkpoint_layout.h"
 #include "model/fixture.h"
 #include "model/gpu_model.h"
 #include "model/model.h"
@@ -56,27 +47,14 @@ TEST(GpuW4A8Moe, CheckpointNumericsTrackTheCpuReference) {
   fast.reset();
   exact.reset();
 
-  std::vector<int32_t> ids(48);
-  std::mt19937 rng(5);
-  for (auto& t : ids) t = int32_t(rng() % uint32_t(model->config().vocab_size));
   // The GPU error must be small next to what the format itself does to the logits (checkpoint vs reference
   // numerics on the same weights): the W4A8 path differs from the CPU's only by summation order, the tensor
   // cores' accumulation inside a 128-k group, and activations that land within rounding of an FP8 boundary.
-  const Tensor cpu_ckpt = engine::all_logits(*model, ids, 16, ckpt);
-  const Tensor cpu_ref = engine::all_logits(*model, ids, 16, model::Numerics::reference());
-  const float format_effect = testing::max_abs_diff(cpu_ckpt, cpu_ref);
-  ASSERT_GT(format_effect, 0.0f);
   // Chunks of at most 8 tokens keep every other linear on the fp32-activation skinny GEMM, so the comparison
   // isolates the MoE; the W4A8 chain runs at every chunk size. Chunks of 16 take cuBLASLt for the other linears:
   // FP8 ones quantize their inputs as the checkpoint numerics do, BF16 ones (the head, the FP8 wo_a dequantized
   // to BF16 as the reference's einsum) round theirs to bf16, which stays well inside the same bar.
-  for (int64_t chunk : {int64_t(16), int64_t(8), int64_t(3), int64_t(1)}) {
-    const Tensor gpu = engine::all_logits_cuda(*model, ids, chunk, ckpt, {false, false});
-    const float diff = testing::max_abs_diff(gpu, cpu_ckpt);
-    std::printf("  w4a8 chunk %lld: max |gpu - cpu (checkpoint numerics)| = %.3g; format effect %.3g (ratio %.3f)\n",
-                (long long)chunk, diff, format_effect, diff / format_effect);
-    EXPECT_LE(diff, 0.1f * format_effect) << "chunk " << chunk;
-  }
+  testing::expect_gpu_tracks_checkpoint_numerics(*model, 48, 5, 16, {16, 8, 3, 1}, "w4a8");
 }
 
 }  // namespace

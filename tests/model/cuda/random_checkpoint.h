@@ -1,7 +1,11 @@
 #pragma once
 // A random F32 checkpoint of a config in the official layout, for the GPU checkpoint-numerics tests (the committed
-// fixtures are too narrow for the tensor-core kernels' tiles).
+// fixtures are too narrow for the tensor-core kernels' tiles), and those tests' comparison with the CPU engine.
+#include <gtest/gtest.h>
+
 #include <cmath>
+#include <cstdio>
+#include <initializer_list>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -9,16 +13,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/checkpoint_edit.h"
+#include "engine/generate.h"
+#include "engine/gpu_generate.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "model/checkpoint_edit.h"
 #include "model/checkpoint_layout.h"
+#include "model/fixture.h"
+#include "model/model.h"
 
 namespace moeserve::testing {
-
-inline bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 // A random F32 checkpoint of `config` in the official layout: linears N(0, 1/in), norms 1 + noise, the
 // embedding N(0, 1), hash-routing tables with distinct experts per token, other parameters small noise.
@@ -42,13 +46,36 @@ inline void write_random_checkpoint(const std::string& dir, const nlohmann::json
     Tensor t = Tensor::empty(DType::F32, spec.shape);
     float scale = 0.05f, offset = 0.0f;
     if (linear) scale = 1.0f / std::sqrt(float(spec.shape[1]));
-    if (ends_with(name, "norm.weight")) offset = 1.0f;
+    if (name.ends_with("norm.weight")) offset = 1.0f;
     if (name == "embed.weight") scale = 1.0f;
-    if (ends_with(name, "_scale")) offset = 1.0f;
+    if (name.ends_with("_scale")) offset = 1.0f;
     for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = offset + scale * normal(rng);
     tensors[name] = t;
   }
   io::save_safetensors(dir + "/model.safetensors", tensors);
+}
+
+// The fast GPU kernels against the CPU reference engine under checkpoint numerics, on `count` random tokens
+// (`seed`), prefilled in each of `gpu_chunks`: the largest logit difference must stay within a tenth of what the
+// formats themselves do to the logits (checkpoint against reference numerics on the CPU, in chunks of cpu_chunk).
+inline void expect_gpu_tracks_checkpoint_numerics(const model::Model& model, int count, uint32_t seed,
+                                                  int64_t cpu_chunk, std::initializer_list<int64_t> gpu_chunks,
+                                                  const char* what) {
+  std::vector<int32_t> ids(static_cast<size_t>(count));
+  std::mt19937 rng(seed);
+  for (auto& t : ids) t = int32_t(rng() % uint32_t(model.config().vocab_size));
+  const model::Numerics ckpt = model::Numerics::checkpoint();
+  const Tensor cpu_ckpt = engine::all_logits(model, ids, cpu_chunk, ckpt);
+  const Tensor cpu_ref = engine::all_logits(model, ids, cpu_chunk, model::Numerics::reference());
+  const float format_effect = max_abs_diff(cpu_ckpt, cpu_ref);
+  ASSERT_GT(format_effect, 0.0f);
+  for (int64_t chunk : gpu_chunks) {
+    const Tensor gpu = engine::all_logits_cuda(model, ids, chunk, ckpt, {false, false});
+    const float diff = max_abs_diff(gpu, cpu_ckpt);
+    std::printf("  %s chunk %lld: max |gpu - cpu (checkpoint numerics)| = %.3g; format effect %.3g (ratio %.3f)\n",
+                what, (long long)chunk, diff, format_effect, diff / format_effect);
+    EXPECT_LE(diff, 0.1f * format_effect) << what << " chunk " << chunk;
+  }
 }
 
 }  // namespace moeserve::testing
