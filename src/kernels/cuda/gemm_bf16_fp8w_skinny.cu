@@ -88,25 +88,14 @@ __global__ void __launch_bounds__(C::kThreads) gemm_bf16_fp8w_skinny_kernel(cons
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_w)) : "memory");
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_x)) : "memory");
     const int wrow = prob * p.N + n0, xcol = prob * p.K;
-    // The first stages' weights before pdl_wait (fresh stages: no empty wait; weights are not written by kernels).
-    const int early = NG < S ? NG : S;
-    for (int g = 0; g < early; ++g) {
-      mbar_arrive_expect_tx(&full_bar[g], kTx);
-      tma_load_2d(stages + g * C::kStageBytes, &tmap_w, &full_bar[g], (g0 + g) * 128, wrow);
-    }
-    dev::pdl_begin();
-    for (int g = 0; g < NG; ++g) {
-      const int stage = g % S;
-      uint8_t* st = stages + stage * C::kStageBytes;
-      if (g >= early) {
-        mbar_wait(&empty_bar[stage], ((g / S) & 1) ^ 1);
-        mbar_arrive_expect_tx(&full_bar[stage], kTx);
-        tma_load_2d(st, &tmap_w, &full_bar[stage], (g0 + g) * 128, wrow);
-      }
-      const int k = xcol + (g0 + g) * 128;
-      tma_load_2d(st + C::kWBytes, &tmap_x, &full_bar[stage], k, 0);
-      tma_load_2d(st + C::kWBytes + C::kHalfBytes, &tmap_x, &full_bar[stage], k + 64, 0);
-    }
+    produce_stages<S>(
+        full_bar, empty_bar, stages, C::kStageBytes, kTx, NG,
+        [&](int g, uint8_t* st, uint64_t* bar) { tma_load_2d(st, &tmap_w, bar, (g0 + g) * 128, wrow); },
+        [&](int g, uint8_t* st, uint64_t* bar) {
+          const int k = xcol + (g0 + g) * 128;  // the two 64-column halves of the group's activations
+          tma_load_2d(st + C::kWBytes, &tmap_x, bar, k, 0);
+          tma_load_2d(st + C::kWBytes + C::kHalfBytes, &tmap_x, bar, k + 64, 0);
+        });
     return;
   }
 

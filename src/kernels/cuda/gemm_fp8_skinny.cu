@@ -94,28 +94,15 @@ __global__ void __launch_bounds__(C::kThreads) gemm_fp8_skinny_kernel(const __gr
     }
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_w)) : "memory");
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_x)) : "memory");
-    auto load_weights = [&](int g, uint8_t* st) {
+    // (Grouped: pdl_wait came first, the expert being the routing's.)
+    produce_stages<S>(
+        full_bar, empty_bar, stages, C::kStageBytes, kTx, NG,
+        [&](int g, uint8_t* st, uint64_t* bar) {
 #pragma unroll
-      for (int w = 0; w < WG; ++w)
-        tma_load_2d(st + w * 64 * 128, &tmap_w, &full_bar[g % S], (g0 + g) * 128, wrow0 + n0 + 64 * w);
-    };
-    // The first stages' weights before pdl_wait (fresh stages: no empty wait; grouped: the wait came first).
-    const int early = NG < S ? NG : S;
-    for (int g = 0; g < early; ++g) {
-      mbar_arrive_expect_tx(&full_bar[g], kTx);
-      load_weights(g, stages + g * C::kStageBytes);
-    }
-    dev::pdl_begin();
-    for (int g = 0; g < NG; ++g) {
-      const int stage = g % S;
-      uint8_t* st = stages + stage * C::kStageBytes;
-      if (g >= early) {
-        mbar_wait(&empty_bar[stage], ((g / S) & 1) ^ 1);
-        mbar_arrive_expect_tx(&full_bar[stage], kTx);
-        load_weights(g, st);
-      }
-      tma_load_2d(st + C::kWBytes, &tmap_x, &full_bar[stage], (g0 + g) * 128, xrow0);
-    }
+          for (int w = 0; w < WG; ++w)
+            tma_load_2d(st + w * 64 * 128, &tmap_w, bar, (g0 + g) * 128, wrow0 + n0 + 64 * w);
+        },
+        [&](int g, uint8_t* st, uint64_t* bar) { tma_load_2d(st + C::kWBytes, &tmap_x, bar, (g0 + g) * 128, xrow0); });
     return;
   }
 
@@ -212,7 +199,8 @@ cudaError_t gemm_fp8_skinny(const uint8_t* xq, const float* x_scales, int xs_ld,
                             const float* w_scales, int ws_ld, int N, int K, float* y, int ldy, float* workspace,
                             size_t workspace_floats, cudaStream_t stream) {
   if (!gemm_fp8_skinny_fits(M, N, K) || !xq || !x_scales || !w || !w_scales || !y || xs_ld < M ||
-      ws_ld < K / 128 || ldy < N || reinterpret_cast<uintptr_t>(xq) % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0)
+      ws_ld < K / 128 || ldy < N || reinterpret_cast<uintptr_t>(xq) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(w) % 16 != 0)
     return cudaErrorInvalidValue;
   int splits = gemm_fp8_skinny_splits(N, K);
   if (!workspace || workspace_floats < size_t(splits) * M * N) splits = 1;

@@ -46,6 +46,31 @@ __device__ __forceinline__ void init_stage_barriers(uint64_t* full, uint64_t* em
   __syncthreads();
 }
 
+// The producer thread's stage ring: the first min(NG, S) stages' weights are requested before pdl_wait (weights
+// are never written by kernels; fresh stages need no empty wait), then for each group g the weights of a later
+// stage once its consumers released it, and the group's activations. load_w / load_x (g, stage base, full barrier)
+// issue the TMA loads of the group's `tx` bytes.
+template <int S, class LoadW, class LoadX>
+__device__ __forceinline__ void produce_stages(uint64_t* full, uint64_t* empty, uint8_t* stages, int stage_bytes,
+                                               uint32_t tx, int NG, const LoadW& load_w, const LoadX& load_x) {
+  const int early = NG < S ? NG : S;
+  for (int g = 0; g < early; ++g) {
+    hopper::mbar_arrive_expect_tx(&full[g], tx);
+    load_w(g, stages + g * stage_bytes, &full[g]);
+  }
+  dev::pdl_begin();
+  for (int g = 0; g < NG; ++g) {
+    const int stage = g % S;
+    uint8_t* st = stages + stage * stage_bytes;
+    if (g >= early) {
+      hopper::mbar_wait(&empty[stage], ((g / S) & 1) ^ 1);
+      hopper::mbar_arrive_expect_tx(&full[stage], tx);
+      load_w(g, st, &full[stage]);
+    }
+    load_x(g, st, &full[stage]);
+  }
+}
+
 // The swap-AB accumulators of an m64nBN wgmma to y: accumulator j holds weight row r0 + 8 ((j >> 1) & 1) and
 // activation row 8 (j >> 2) + 2 t4 + (j & 1); rows past M are not written. `out` points at y's column of row r0.
 template <int BN>
