@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 
 #include "core/error.h"
@@ -97,7 +98,19 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
         config_.rope_dim);
   if (const char* e = std::getenv("MOESERVE_BRANCHES"); e && std::string(e) == "0") options_.concurrent_branches = false;
   if (const char* e = std::getenv("MOESERVE_MOE_CHAIN"); e && std::string(e) == "0") options_.moe_chain = false;
-  if (const char* e = std::getenv("MOESERVE_FP8_SKINNY"); e && std::string(e) == "0") fp8_skinny_ = false;
+  // MOESERVE_FP8_SKINNY: 0 turns the three skinny kernels off; a comma list of linear, wo_a, experts keeps only
+  // those on (A/B runs, and telling the paths apart when a comparison fails).
+  if (const char* e = std::getenv("MOESERVE_FP8_SKINNY"); e && std::string(e) != "1") {
+    skinny_linear_ = skinny_wo_a_ = skinny_experts_ = false;
+    std::stringstream list(e);
+    for (std::string path; std::getline(list, path, ',');) {
+      if (path == "0" && std::string(e) == "0") continue;
+      bool* on = path == "linear" ? &skinny_linear_ : path == "wo_a" ? &skinny_wo_a_
+                                                    : path == "experts" ? &skinny_experts_ : nullptr;
+      check(on != nullptr, "MOESERVE_FP8_SKINNY='{}': expected 0, 1 or a comma list of linear, wo_a, experts", e);
+      *on = true;
+    }
+  }
   if (const char* e = std::getenv("MOESERVE_SHARED_AT"); e && std::string(e) == "router") shared_after_glue_ = false;
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&branch_ev_, cudaEventDisableTiming));
 }
@@ -369,7 +382,7 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
   // FP8 linears of 2..64 rows whose input the model quantizes (checkpoint numerics): the tensor-core skinny GEMM
   // where it beats the GEMV and cuBLASLt (skinny_fp8_preferred); each stream quantizes into its own scratch
   // (branches run concurrently).
-  if (fp8_skinny_ && !options_.exact && sim && v.type == WeightType::FP8 && v.blk_scale && ldx % 4 == 0 &&
+  if (skinny_linear_ && !options_.exact && sim && v.type == WeightType::FP8 && v.blk_scale && ldx % 4 == 0 &&
       skinny_fp8_preferred(M, v.N, K)) {
     const int side = cur_side();
     auto* xq = static_cast<uint8_t*>(bufs_[120 + side].get(size_t(M) * K, &generation_));
@@ -595,7 +608,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   // Grouped low-rank output projection, then wo_b.
   const int G = int(c.o_groups), olora = int(c.o_lora_rank), group_in = H * hd / G;
   const GemmView wa = L.wo_a.view();
-  if (!options_.exact && fp8_skinny_ && T >= 2 && wa.type == WeightType::FP8 && wa.blk_scale &&
+  if (!options_.exact && skinny_wo_a_ && T >= 2 && wa.type == WeightType::FP8 && wa.blk_scale &&
       cuda::gemm_bf16_fp8w_skinny_fits(T, olora, group_in)) {
     // 2..64 rows: the reference's BF16 einsum itself (bf16 input, the FP8 weight exact in bf16) on BF16 tensor
     // cores, the weight converted in registers (bench_gpu_ops linear: 8 rows 82 -> ~11 us against the GEMV).
@@ -708,7 +721,7 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
   const GemmView w13 = L.experts_w13.view(), w2 = L.experts_w2.view();
   // Distinct experts per token (top-k, or a hash table checked at load): an expert has at most T rows.
   const int max_rows = spec.hash_moe && !L.tid2eid_distinct ? TK : T;
-  if (!large && !options_.exact && fp8_skinny_ && sim && w13.type == WeightType::FP8 && w13.blk_scale &&
+  if (!large && !options_.exact && skinny_experts_ && sim && w13.type == WeightType::FP8 && w13.blk_scale &&
       w2.blk_scale && cuda::gemm_fp8_skinny_fits(max_rows, 2 * I, D) && cuda::gemm_fp8_skinny_fits(max_rows, D, I)) {
     // FP8 experts at up to 64 rows each: the tensor-core skinny GEMM over the routing's groups (rows gathered in
     // group order, quantized as the checkpoint does; ye_ holds the gathered rows until W2 writes it).

@@ -138,9 +138,10 @@ class GpuModel {
   cudaStream_t cur_ = nullptr;      // the stream work is issued on (nullptr: the main stream)
   cudaEvent_t branch_ev_ = nullptr;  // recorded and waited on at once, so one event serves every fork and join
   cuda::Blas blas_;
-  // FP8 linears of 2..64 rows in checkpoint numerics through the tensor-core skinny GEMM
-  // (kernels/cuda/gemm_fp8_skinny.cu) where skinny_fp8_preferred; MOESERVE_FP8_SKINNY=0 turns it off (A/B runs).
-  bool fp8_skinny_ = true;
+  // The tensor-core skinny kernels at 2..64 rows in checkpoint numerics: FP8 linears where skinny_fp8_preferred
+  // (gemm_fp8_skinny.cu), the grouped wo_a (gemm_bf16_fp8w_skinny.cu), FP8 routed experts (grouped). For A/B runs
+  // and comparisons, MOESERVE_FP8_SKINNY=0 turns them off and a comma list (linear, wo_a, experts) keeps those.
+  bool skinny_linear_ = true, skinny_wo_a_ = true, skinny_experts_ = true;
   // A one-token step's shared expert forks off the main stream after the MXFP4 routing glue, not before the
   // router (MOESERVE_SHARED_AT=router keeps it before, for A/B runs).
   bool shared_after_glue_ = true;

@@ -59,7 +59,10 @@ TEST(GpuSkinnyPaths, CheckpointNumericsTrackTheCpuReference) {
   // against reference numerics on the CPU). The paths differ from the CPU's arithmetic by summation order, the
   // tensor cores' accumulation inside each 128-k block, activations within rounding of an FP8 boundary, and wo_a's
   // input rounded to bf16 as the reference's einsum does (the CPU engine keeps it fp32).
-  testing::expect_gpu_tracks_checkpoint_numerics(*model, 64, 7, 32, {32, 16, 8, 3}, "skinny paths");
+  // Past 8 rows the other linears take cuBLASLt: this seed's position 35 routes or selects differently there with
+  // the skinny kernels off too (max |dlogit| 0.44, H200), so the run with them off is the control.
+  testing::expect_gpu_tracks_checkpoint_numerics(*model, 64, 7, 32, {32, 16, 8, 3}, "skinny paths",
+                                                 "MOESERVE_FP8_SKINNY");
 }
 
 }  // namespace

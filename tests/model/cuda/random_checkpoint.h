@@ -3,13 +3,16 @@
 // fixtures are too narrow for the tensor-core kernels' tiles), and those tests' comparison with the CPU engine.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <initializer_list>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -55,12 +58,30 @@ inline void write_random_checkpoint(const std::string& dir, const nlohmann::json
   io::save_safetensors(dir + "/model.safetensors", tensors);
 }
 
+// Per position of [count][vocab] logits: the largest |a - b| over the vocabulary.
+inline std::vector<float> position_diffs(const Tensor& a, const Tensor& b, int count) {
+  const int64_t vocab = a.numel() / count;
+  std::vector<float> d(static_cast<size_t>(count), 0.0f);
+  for (int t = 0; t < count; ++t)
+    for (int64_t v = 0; v < vocab; ++v) {
+      const float e = std::fabs(a.f32()[t * vocab + v] - b.f32()[t * vocab + v]);
+      if (!(e <= d[size_t(t)])) d[size_t(t)] = e;  // NaN propagates as a failure
+    }
+  return d;
+}
+
 // The fast GPU kernels against the CPU reference engine under checkpoint numerics, on `count` random tokens
 // (`seed`), prefilled in each of `gpu_chunks`: the largest logit difference must stay within a tenth of what the
 // formats themselves do to the logits (checkpoint against reference numerics on the CPU, in chunks of cpu_chunk).
+//
+// With `control` (an environment variable whose value 0 turns the kernels under test off), the same run with them
+// off is the control: a position where the control too passes the bar is a discrete choice (a routing or indexer
+// top-k within rounding of a tie) that the other GPU paths already decide differently from the CPU. Such
+// positions are left out of the comparison, and there may be at most one in 32; everywhere else the kernels under
+// test must keep the GPU within the bar.
 inline void expect_gpu_tracks_checkpoint_numerics(const model::Model& model, int count, uint32_t seed,
                                                   int64_t cpu_chunk, std::initializer_list<int64_t> gpu_chunks,
-                                                  const char* what) {
+                                                  const char* what, const char* control = nullptr) {
   std::vector<int32_t> ids(static_cast<size_t>(count));
   std::mt19937 rng(seed);
   for (auto& t : ids) t = int32_t(rng() % uint32_t(model.config().vocab_size));
@@ -69,12 +90,36 @@ inline void expect_gpu_tracks_checkpoint_numerics(const model::Model& model, int
   const Tensor cpu_ref = engine::all_logits(model, ids, cpu_chunk, model::Numerics::reference());
   const float format_effect = max_abs_diff(cpu_ckpt, cpu_ref);
   ASSERT_GT(format_effect, 0.0f);
+  const float bar = 0.1f * format_effect;
   for (int64_t chunk : gpu_chunks) {
-    const Tensor gpu = engine::all_logits_cuda(model, ids, chunk, ckpt, {false, false});
-    const float diff = max_abs_diff(gpu, cpu_ckpt);
-    std::printf("  %s chunk %lld: max |gpu - cpu (checkpoint numerics)| = %.3g; format effect %.3g (ratio %.3f)\n",
-                what, (long long)chunk, diff, format_effect, diff / format_effect);
-    EXPECT_LE(diff, 0.1f * format_effect) << what << " chunk " << chunk;
+    const std::vector<float> diff = position_diffs(engine::all_logits_cuda(model, ids, chunk, ckpt, {false, false}),
+                                                   cpu_ckpt, count);
+    std::vector<bool> tie(diff.size(), false);
+    std::string ties;
+    if (control) {
+      const char* saved = std::getenv(control);
+      const std::string saved_value = saved ? saved : "";
+      setenv(control, "0", 1);
+      const std::vector<float> off =
+          position_diffs(engine::all_logits_cuda(model, ids, chunk, ckpt, {false, false}), cpu_ckpt, count);
+      if (saved) setenv(control, saved_value.c_str(), 1); else unsetenv(control);
+      for (size_t t = 0; t < off.size(); ++t)
+        if (!(off[t] <= bar)) tie[t] = true, ties += " " + std::to_string(t);
+    }
+    float worst = 0;
+    int worst_pos = 0, over = 0;
+    for (size_t t = 0; t < diff.size(); ++t) {
+      if (tie[t]) continue;
+      if (!(diff[t] <= bar)) ++over;
+      if (!(diff[t] <= worst)) worst = diff[t], worst_pos = int(t);
+    }
+    const int n_ties = int(std::count(tie.begin(), tie.end(), true));
+    std::printf("  %s chunk %lld: max |gpu - cpu (checkpoint numerics)| = %.3g at position %d; format effect %.3g "
+                "(ratio %.3f); %d positions over a tenth%s%s\n",
+                what, (long long)chunk, worst, worst_pos, format_effect, worst / format_effect, over,
+                control ? "; control ties at:" : "", control ? (ties.empty() ? " none" : ties.c_str()) : "");
+    EXPECT_LE(n_ties, count / 32) << what << " chunk " << chunk << ": the control differs from the CPU at" << ties;
+    EXPECT_LE(worst, bar) << what << " chunk " << chunk << " position " << worst_pos;
   }
 }
 
