@@ -19,6 +19,7 @@ using cuda::DeviceArray;
 using cuda::WeightType;
 
 constexpr int kSkinnyRows = 8;  // linears with at most this many rows always take the skinny GEMM
+constexpr int kStackedSplitRows = 64;  // fp32-input BF16 linears of at most this many rows: one stacked GEMM
 
 float rope_scale_of(const io::RopeSpec& spec) { return spec.yarn ? float(spec.attention_factor) : 1.0f; }
 
@@ -399,9 +400,11 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
       const float* xin;
       int ld;
       input(&xin, &ld);
-      // fp32-input linears of the reference (router gate, compressors) take x as two bf16 terms, hi + lo
-      // (~16 significant bits), through two BF16 GEMMs: one bf16 rounding of a compressor's input flipped
-      // indexer selections (max |dlogit| 0.124 with one term vs 0.038 split, GpuW4A8Moe test at 16-token chunks).
+      // fp32-input linears of the reference (router gate, compressors, indexer weights, head) take x as two bf16
+      // terms, hi + lo (~16 significant bits): one bf16 rounding of a compressor's input flipped indexer
+      // selections (max |dlogit| 0.124 with one term vs 0.038 split, GpuW4A8Moe test at 16-token chunks), and of
+      // the head's put 24 of 64 positions past the GpuHashMoe bar at 32-token chunks. Up to 64 rows the two terms
+      // are stacked as 2M rows of one GEMM (one pass over the weight: the head's is 1 GB) and added after.
       const size_t need = size_t(M) * K * (fp32_input ? 2 : 1);
       if (tmp_bf16_n_ < need) {
         tmp_bf16_ = static_cast<uint16_t*>(bufs_[101].get(need * 2, &generation_));
@@ -411,9 +414,16 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
       if (fp32_input) {
         uint16_t* lo = tmp_bf16_ + size_t(M) * K;
         MOESERVE_CUDA_CHECK(cuda::to_bf16_split(xin, M, K, ld, tmp_bf16_, lo, st));
-        if (blas_.gemm_bf16(tmp_bf16_, w, y, M, v.N, K, ldy, st) &&
-            blas_.gemm_bf16(lo, w, y, M, v.N, K, ldy, st, /*accumulate=*/true))
+        if (M <= kStackedSplitRows) {
+          auto* parts = static_cast<float*>(bufs_[109].get(size_t(2 * M) * v.N * 4, &generation_));
+          if (blas_.gemm_bf16(tmp_bf16_, w, parts, 2 * M, v.N, K, v.N, st)) {
+            MOESERVE_CUDA_CHECK(cuda::add_parts(parts, 2, size_t(M) * v.N, M, v.N, v.N, y, ldy, st));
+            return;
+          }
+        } else if (blas_.gemm_bf16(tmp_bf16_, w, y, M, v.N, K, ldy, st) &&
+                   blas_.gemm_bf16(lo, w, y, M, v.N, K, ldy, st, /*accumulate=*/true)) {
           return;
+        }
       } else {
         MOESERVE_CUDA_CHECK(cuda::to_bf16(xin, M, K, ld, tmp_bf16_, st));
         if (blas_.gemm_bf16(tmp_bf16_, w, y, M, v.N, K, ldy, st)) return;
@@ -540,7 +550,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     MOESERVE_CUDA_CHECK(cuda::compressor_emit(b, ia, cur()));
     MOESERVE_CUDA_CHECK(cuda::compressor_store(b, ia, cur()));
     if (par) fork(3);
-    linear(L.index_weights_proj.view(), x, T, D, iw_, nH, true);
+    linear(L.index_weights_proj.view(), x, T, D, iw_, nH, true, /*fp32_input=*/true);
     MOESERVE_CUDA_CHECK(cuda::scale_values(iw_, size_t(T) * nH, 1.0f / std::sqrt(float(nH)), cur()));
   }
   to_main();
@@ -905,7 +915,7 @@ void GpuModel::run(GpuKvCache& cache, const Plan& p) {
   MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial_, splits, sel_, p.R, hc, D, hc, weights_.hc_head_base.data(),
                                           weights_.hc_head_scale.data(), 0, float(c.hc_eps), float(c.rms_norm_eps),
                                           weights_.norm.data(), xr_, nullptr, nullptr, st));
-  linear(weights_.head.view(), xr_, p.R, D, logits_, int(c.vocab_size), true);
+  linear(weights_.head.view(), xr_, p.R, D, logits_, int(c.vocab_size), true, /*fp32_input=*/true);
   rows_ = p.R;
 }
 

@@ -105,8 +105,8 @@ class GpuModel {
   // after_glue: called (when set) once the routing glue is enqueued (the shared expert's fork at one token).
   void moe_mxfp4(const GpuMxfp4Experts& experts, int T, int K, float limit, const float* x, const cuda::RouteLogits* route,
                  const std::function<void()>& after_glue = {});
-  // fp32_input: the reference computes this linear on an fp32 input (router gate, compressors; the head is
-  // left on one bf16 term: its rounding moves logits by ~1e-3, not selections).
+  // fp32_input: the reference (or the CPU engine) computes this linear on an fp32 input (router gate,
+  // compressors, indexer weights, head): past 8 rows its BF16 GEMM takes x as two bf16 terms, not one rounding.
   void linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
               bool fp32_input = false);
   float* tmp_f32(size_t n);

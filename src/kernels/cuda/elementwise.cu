@@ -357,6 +357,18 @@ __global__ void to_bf16_split_kernel(const float* x, int M, int K, int ldx, uint
   lo[i] = *reinterpret_cast<const uint16_t*>(&l);
 }
 
+// One thread per output: the parts added in order.
+__global__ void add_parts_kernel(const float* parts, int count, size_t stride, int M, int N, int ld, float* y,
+                                 int ldy) {
+  dev::pdl_begin();
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= M * N) return;
+  const int m = i / N, n = i % N;
+  float s = parts[size_t(m) * ld + n];
+  for (int k = 1; k < count; ++k) s += parts[k * stride + size_t(m) * ld + n];
+  y[size_t(m) * ldy + n] = s;
+}
+
 __global__ void fp8_weights_to_bf16_kernel(const uint8_t* w, const float* row_scale, int N, int K, int scale_ld,
                                            uint16_t* out) {
   dev::pdl_begin();
@@ -523,6 +535,14 @@ cudaError_t to_bf16_split(const float* x, int M, int K, int ldx, uint16_t* hi, u
   if (M == 0) return cudaSuccess;
   return dev::launch(to_bf16_split_kernel, dim3(blocks_for(size_t(M) * K, 256)), dim3(256), 0, stream, x, M, K, ldx,
                      hi, lo);
+}
+
+cudaError_t add_parts(const float* parts, int count, size_t stride, int M, int N, int ld, float* y, int ldy,
+                      cudaStream_t stream) {
+  if (M == 0 || N == 0) return cudaSuccess;
+  const int n = M * N;
+  return dev::launch(add_parts_kernel, dim3((n + 255) / 256), dim3(256), 0, stream, parts, count, stride, M, N, ld, y,
+                     ldy);
 }
 
 cudaError_t fp8_weights_to_bf16(const uint8_t* w, const float* row_scale, int N, int K, int scale_ld, uint16_t* out,

@@ -232,9 +232,8 @@ cudaError_t gemm_bf16_fp8w_skinny(const uint16_t* xb, int M, int problems, const
   else if (M <= 32) err = launch_bf16_skinny<Bf16SkinnyCfg<32, 6>>(xb, problems, w, p, stream);
   else err = launch_bf16_skinny<Bf16SkinnyCfg<64, 5>>(xb, problems, w, p, stream);
   if (err != cudaSuccess || splits == 1) return err;
-  const int cols = problems * N, n = M * cols;
-  return dev::launch(add_splits_kernel, dim3((n + 255) / 256), dim3(256), 0, stream, workspace, splits,
-                     size_t(M) * cols, M, cols, cols, y, ldy);
+  const int cols = problems * N;
+  return add_parts(workspace, splits, size_t(M) * cols, M, cols, cols, y, ldy, stream);
 }
 
 }  // namespace moeserve::cuda

@@ -212,9 +212,7 @@ cudaError_t gemm_fp8_skinny(const uint8_t* xq, const float* x_scales, int xs_ld,
   }
   const cudaError_t err = launch_by_rows(M, xq, M, w, N, 1, p, stream);
   if (err != cudaSuccess || splits == 1) return err;
-  const int n = M * N;
-  return dev::launch(add_splits_kernel, dim3((n + 255) / 256), dim3(256), 0, stream, workspace, splits,
-                     size_t(M) * N, M, N, N, y, ldy);
+  return add_parts(workspace, splits, size_t(M) * N, M, N, N, y, ldy, stream);
 }
 
 cudaError_t gemm_fp8_skinny_grouped(const uint8_t* xq, const float* x_scales, int xs_ld, int rows, int max_rows,

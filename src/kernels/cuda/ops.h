@@ -125,6 +125,10 @@ cudaError_t to_bf16(const float* x, int M, int K, int ldx, uint16_t* out, cudaSt
 // x split into two bf16 terms (round to nearest even): hi = bf16(x), lo = bf16(x - hi), so hi + lo carries ~16
 // significant bits; two BF16 GEMMs over them stand in for an fp32-input GEMM. hi, lo [M][K] (row stride K).
 cudaError_t to_bf16_split(const float* x, int M, int K, int ldx, uint16_t* hi, uint16_t* lo, cudaStream_t stream);
+// y[m][n] (ldy) = parts[0][m][n] + parts[1][m][n] + ... in that order: `count` [M][N] parts (row stride ld),
+// `stride` floats apart (the skinny GEMMs' K splits, the two halves of a stacked hi/lo BF16 GEMM).
+cudaError_t add_parts(const float* parts, int count, size_t stride, int M, int N, int ld, float* y, int ldy,
+                      cudaStream_t stream);
 // FP8 weights to bf16 (round to nearest even): out[n][k] = bf16(e4m3(w[n][k]) * row_scale[n * scale_ld + k / 128])
 // (GemvArgs' row-scale layout). Exact for power-of-two (E8M0) scales.
 cudaError_t fp8_weights_to_bf16(const uint8_t* w, const float* row_scale, int N, int K, int scale_ld, uint16_t* out,

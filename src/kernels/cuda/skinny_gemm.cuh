@@ -97,17 +97,6 @@ cudaError_t allow_smem_once(int bytes) {
   return setup;
 }
 
-// y[m][n] = the K splits' partial products added in split order (one thread per output).
-__global__ void add_splits_kernel(const float* parts, int splits, size_t stride, int M, int N, int ld, float* y,
-                                  int ldy) {
-  dev::pdl_begin();
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= M * N) return;
-  const int m = i / N, n = i % N;
-  float s = parts[size_t(m) * ld + n];
-  for (int k = 1; k < splits; ++k) s += parts[k * stride + size_t(m) * ld + n];
-  y[size_t(m) * ldy + n] = s;
-}
 }  // namespace
 
 }  // namespace moeserve::cuda

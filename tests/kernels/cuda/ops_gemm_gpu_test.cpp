@@ -482,6 +482,45 @@ TEST(CudaGemm, CublasLtBf16AndFp8BlockScaled) {
   }
 }
 
+// An fp32-input linear with BF16 weights as the model runs it past 8 rows (GpuModel::linear, fp32_input): x split
+// into hi + lo bf16 terms, both stacked as 2M rows of one cuBLASLt GEMM, the halves added in order. Against the
+// double reference on the fp32 x: the split carries x to 2^-16 of each |x|, plus fp32 accumulation.
+TEST(CudaGemm, Bf16GemmOfFp32InputByStackedSplit) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  cuda::Blas blas;
+  struct Shape { int M, N, K; };
+  for (Shape s : {Shape{32, 8, 256}, Shape{32, 320, 256}, Shape{16, 64, 256}, Shape{64, 1024, 4096}}) {
+    auto x = normal(size_t(s.M) * s.K, g);
+    auto dx = dev(x);
+    Weights w = make_weights(false, s.N, s.K, 1, g);
+    auto wb = dev(w.bf16);
+    cuda::DeviceArray<uint16_t> terms(2 * x.size(), "hi, lo");
+    cuda::DeviceArray<float> parts(size_t(2 * s.M) * s.N, "parts");
+    MOESERVE_CUDA_CHECK(
+        cuda::to_bf16_split(dx.data(), s.M, s.K, s.K, terms.data(), terms.data() + x.size(), nullptr));
+    ASSERT_TRUE(blas.gemm_bf16(terms.data(), wb.data(), parts.data(), 2 * s.M, s.N, s.K, s.N, nullptr));
+    const int ldy = s.N + 8;  // the pad must stay poisoned
+    auto y = poisoned<float>(size_t(s.M) * ldy);
+    MOESERVE_CUDA_CHECK(cuda::add_parts(parts.data(), 2, size_t(s.M) * s.N, s.M, s.N, s.N, y.data(), ldy, nullptr));
+    MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = host(y);
+    std::vector<float> rows(size_t(s.M) * s.N), want(rows.size()), tol(rows.size());
+    const float rel = std::ldexp(1.0f, -16) + 2.0f * float(s.K) / 16777216.0f;
+    for (int m = 0; m < s.M; ++m)
+      for (int n = 0; n < s.N; ++n) {
+        double r, as;
+        reference(x.data(), s.K, w.deq.data(), s.K, m, n, &r, &as);
+        want[size_t(m) * s.N + n] = float(r);
+        tol[size_t(m) * s.N + n] = float(rel * as);
+        rows[size_t(m) * s.N + n] = got[size_t(m) * ldy + n];
+        for (int pad = s.N; pad < ldy; ++pad) ASSERT_TRUE(std::isnan(got[size_t(m) * ldy + pad])) << "row " << m;
+      }
+    expect_close(rows, want, tol,
+                 "bf16 stacked split " + std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K));
+  }
+}
+
 // The tensor-core skinny FP8 GEMM (1..64 rows, swap-AB wgmma) against the double reference on the FP8-simulated
 // activations and the dequantized weights, with cuBLASLt's FP8 tolerance (tensor-core precision inside each 128-k
 // block); rows past M of the 8..64-row tile must not be written.
