@@ -28,8 +28,11 @@
 namespace moeserve::testing {
 
 // A random F32 checkpoint of `config` in the official layout: linears N(0, 1/in), norms 1 + noise, the
-// embedding N(0, 1), hash-routing tables with distinct experts per token, other parameters small noise.
-inline void write_random_checkpoint(const std::string& dir, const nlohmann::json& config_json, uint32_t seed) {
+// embedding N(0, 1), other parameters small noise. Hash-routing tables name distinct experts per token, or with
+// `repeated_hash_experts` expert 0 first for every token and again in every other slot of even token ids (odd
+// ones: distinct others), so that expert 0 gets more rows than the step has tokens.
+inline void write_random_checkpoint(const std::string& dir, const nlohmann::json& config_json, uint32_t seed,
+                                    bool repeated_hash_experts = false) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/config.json") << config_json.dump(2);
   const io::ModelConfig config = io::load_model_config(dir + "/config.json");
@@ -40,7 +43,12 @@ inline void write_random_checkpoint(const std::string& dir, const nlohmann::json
     if (spec.kind == model::ParamKind::IndexParam) {
       Tensor t = Tensor::empty(DType::I64, spec.shape);
       const int64_t K = spec.shape[1];
-      for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = (i / K * 3 + i % K) % config.n_routed_experts;
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        const int64_t token = i / K, k = i % K, E = config.n_routed_experts;
+        int64_t expert = (token * 3 + k) % E;
+        if (repeated_hash_experts) expert = k == 0 || token % 2 == 0 ? 0 : 1 + (token + k) % (E - 1);
+        t.data<int64_t>()[i] = expert;
+      }
       tensors[spec.name] = t;
       continue;
     }

@@ -1,0 +1,57 @@
+// Hash-routed MoE layers whose tid2eid table names one expert more than once for a token (GpuLayer::tid2eid_distinct
+// false): an expert then has up to T x K rows of a step, not T, and the FP8 experts' grouped GEMMs and the W4A8
+// chain must size their groups by that. Both expert formats against the CPU reference engine under checkpoint
+// numerics, on a random checkpoint of tiny_hf's architecture widened for the kernels' tiles, one window-attention
+// layer with hash routing: expert 0 in every token's first slot and again in even token ids' second, so it gets
+// T + (even tokens) rows.
+#include <gtest/gtest.h>
+
+#include "kernels/cuda/device.h"
+#include "model/fixture.h"
+#include "model/gpu_model.h"
+#include "model/model.h"
+#include "random_checkpoint.h"
+#include "temp_dir.h"
+
+namespace moeserve {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (!::moeserve::cuda::available()) GTEST_SKIP() << "no GPU: " << ::moeserve::cuda::device_info().reason
+
+void expect_repeated_hash_experts_track_cpu(model::WeightsTarget target, const char* what) {
+  testing::TempDir dir;
+  nlohmann::json config = testing::read_config(testing::model_fixture("tiny_hf"));
+  config["hidden_size"] = 256;
+  config["moe_intermediate_size"] = 256;
+  config["num_hidden_layers"] = 1;
+  config["layer_types"] = {"sliding_attention"};
+  config["mlp_layer_types"] = {"hash_moe"};
+  testing::write_random_checkpoint(dir.file("f32"), config, 17, /*repeated_hash_experts=*/true);
+  testing::convert(dir.file("f32"), dir.file("q"), target);
+  auto model = model::Model::load(dir.file("q"));
+  {
+    auto fast = model::GpuModel::from_model(*model, {false, model::Numerics::checkpoint()});
+    const model::GpuLayer& L = fast->weights().layers[0];
+    ASSERT_FALSE(L.tid2eid_distinct) << "the table repeats experts";
+    ASSERT_EQ(L.experts_mxfp4.defined(), target == model::WeightsTarget::Mxfp4Fp8);
+  }
+  // Chunks of at most 8 rows (up to 16 rows on expert 0). Past 8 rows the BF16 linears (gate, head) take
+  // cuBLASLt, which moved this model's logits by 0.057 against a bar of 0.015 at 32-token chunks on the H200 (24
+  // of 64 positions, both expert formats; 0.004 with those linears on the GEMV): an open defect of that path, not
+  // of the grouping under test (docs/benchmarks/cuda-ops.md, ninth session).
+  testing::expect_gpu_tracks_checkpoint_numerics(*model, 64, 3, 32, {8, 3, 1}, what);
+}
+
+TEST(GpuHashMoe, RepeatedExpertsFp8TrackTheCpuReference) {
+  SKIP_WITHOUT_GPU();
+  expect_repeated_hash_experts_track_cpu(model::WeightsTarget::Fp8, "hash fp8");
+}
+
+TEST(GpuHashMoe, RepeatedExpertsMxfp4TrackTheCpuReference) {
+  SKIP_WITHOUT_GPU();
+  expect_repeated_hash_experts_track_cpu(model::WeightsTarget::Mxfp4Fp8, "hash mxfp4");
+}
+
+}  // namespace
+}  // namespace moeserve
