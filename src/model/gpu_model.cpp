@@ -103,9 +103,8 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   // those on (A/B runs, and telling the paths apart when a comparison fails).
   if (const char* e = std::getenv("MOESERVE_FP8_SKINNY"); e && std::string(e) != "1") {
     skinny_linear_ = skinny_wo_a_ = skinny_experts_ = false;
-    std::stringstream list(e);
+    std::stringstream list(std::string(e) == "0" ? "" : e);
     for (std::string path; std::getline(list, path, ',');) {
-      if (path == "0" && std::string(e) == "0") continue;
       bool* on = path == "linear" ? &skinny_linear_ : path == "wo_a" ? &skinny_wo_a_
                                                     : path == "experts" ? &skinny_experts_ : nullptr;
       check(on != nullptr, "MOESERVE_FP8_SKINNY='{}': expected 0, 1 or a comma list of linear, wo_a, experts", e);
@@ -400,11 +399,11 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
       const float* xin;
       int ld;
       input(&xin, &ld);
-      // fp32-input linears of the reference (router gate, compressors, indexer weights, head) take x as two bf16
-      // terms, hi + lo (~16 significant bits): one bf16 rounding of a compressor's input flipped indexer
-      // selections (max |dlogit| 0.124 with one term vs 0.038 split, GpuW4A8Moe test at 16-token chunks), and of
-      // the head's put 24 of 64 positions past the GpuHashMoe bar at 32-token chunks. Up to 64 rows the two terms
-      // are stacked as 2M rows of one GEMM (one pass over the weight: the head's is 1 GB) and added after.
+      // Linears on an fp32 input in the reference or the CPU engine (router gate, compressors, indexer weights,
+      // head) take x as two bf16 terms, hi + lo (~16 significant bits), so that past 8 rows they stay close to
+      // the GEMV's fp32 input: one bf16 rounding of a compressor's input flipped indexer selections (max |dlogit|
+      // 0.124 with one term vs 0.038 split, GpuW4A8Moe test at 16-token chunks). Up to 64 rows the two terms are
+      // stacked as 2M rows of one GEMM (one pass over the weight: the head's is 1 GB) and added after.
       const size_t need = size_t(M) * K * (fp32_input ? 2 : 1);
       if (tmp_bf16_n_ < need) {
         tmp_bf16_ = static_cast<uint16_t*>(bufs_[101].get(need * 2, &generation_));
