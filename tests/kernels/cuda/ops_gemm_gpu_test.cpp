@@ -483,14 +483,17 @@ TEST(CudaGemm, CublasLtBf16AndFp8BlockScaled) {
 }
 
 // An fp32-input linear with BF16 weights as the model runs it past 8 rows (GpuModel::linear, fp32_input): x split
-// into hi + lo bf16 terms, both stacked as 2M rows of one cuBLASLt GEMM, the halves added in order. Against the
-// double reference on the fp32 x: the split carries x to 2^-16 of each |x|, plus fp32 accumulation.
+// into hi + lo bf16 terms, both stacked as 2M rows of one cuBLASLt GEMM, the halves added in order (up to 64
+// rows), or two GEMMs, the second accumulating (past 64). Against the double reference on the fp32 x: the split
+// carries x to 2^-16 of each |x|, plus fp32 accumulation. Shapes: the random test models' router gate (N 8) and
+// head (N 320), V4-Flash's and V4-Pro's router gates, a V4-Flash compressor.
 TEST(CudaGemm, Bf16GemmOfFp32InputByStackedSplit) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
   cuda::Blas blas;
   struct Shape { int M, N, K; };
-  for (Shape s : {Shape{32, 8, 256}, Shape{32, 320, 256}, Shape{16, 64, 256}, Shape{64, 1024, 4096}}) {
+  for (Shape s : {Shape{32, 8, 256}, Shape{32, 320, 256}, Shape{16, 64, 256}, Shape{64, 1024, 4096},
+                  Shape{32, 256, 4096}, Shape{64, 384, 7168}, Shape{9, 1024, 4096}, Shape{80, 256, 4096}}) {
     auto x = normal(size_t(s.M) * s.K, g);
     auto dx = dev(x);
     Weights w = make_weights(false, s.N, s.K, 1, g);
@@ -499,10 +502,17 @@ TEST(CudaGemm, Bf16GemmOfFp32InputByStackedSplit) {
     cuda::DeviceArray<float> parts(size_t(2 * s.M) * s.N, "parts");
     MOESERVE_CUDA_CHECK(
         cuda::to_bf16_split(dx.data(), s.M, s.K, s.K, terms.data(), terms.data() + x.size(), nullptr));
-    ASSERT_TRUE(blas.gemm_bf16(terms.data(), wb.data(), parts.data(), 2 * s.M, s.N, s.K, s.N, nullptr));
     const int ldy = s.N + 8;  // the pad must stay poisoned
     auto y = poisoned<float>(size_t(s.M) * ldy);
-    MOESERVE_CUDA_CHECK(cuda::add_parts(parts.data(), 2, size_t(s.M) * s.N, s.M, s.N, s.N, y.data(), ldy, nullptr));
+    if (s.M <= 64) {
+      ASSERT_TRUE(blas.gemm_bf16(terms.data(), wb.data(), parts.data(), 2 * s.M, s.N, s.K, s.N, nullptr));
+      MOESERVE_CUDA_CHECK(
+          cuda::add_parts(parts.data(), 2, size_t(s.M) * s.N, s.M, s.N, s.N, y.data(), ldy, nullptr));
+    } else {
+      ASSERT_TRUE(blas.gemm_bf16(terms.data(), wb.data(), y.data(), s.M, s.N, s.K, ldy, nullptr));
+      ASSERT_TRUE(blas.gemm_bf16(terms.data() + x.size(), wb.data(), y.data(), s.M, s.N, s.K, ldy, nullptr,
+                                 /*accumulate=*/true));
+    }
     MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
     const auto got = host(y);
     std::vector<float> rows(size_t(s.M) * s.N), want(rows.size()), tol(rows.size());
