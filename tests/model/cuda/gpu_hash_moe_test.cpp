@@ -21,12 +21,7 @@ namespace {
 
 void expect_repeated_hash_experts_track_cpu(model::WeightsTarget target, const char* what) {
   testing::TempDir dir;
-  nlohmann::json config = testing::read_config(testing::model_fixture("tiny_hf"));
-  config["hidden_size"] = 256;
-  config["moe_intermediate_size"] = 256;
-  config["num_hidden_layers"] = 1;
-  config["layer_types"] = {"sliding_attention"};
-  config["mlp_layer_types"] = {"hash_moe"};
+  const nlohmann::json config = testing::one_layer_tiny_hf(256, 256, "sliding_attention", "hash_moe");
   testing::write_random_checkpoint(dir.file("f32"), config, 17, /*repeated_hash_experts=*/true);
   testing::convert(dir.file("f32"), dir.file("q"), target);
   auto model = model::Model::load(dir.file("q"));

@@ -24,20 +24,15 @@ namespace {
 TEST(GpuSkinnyPaths, CheckpointNumericsTrackTheCpuReference) {
   SKIP_WITHOUT_GPU();
   testing::TempDir dir;
-  nlohmann::json config = testing::read_config(testing::model_fixture("tiny_hf"));
   // Hidden 1024, 8 heads of 128, q rank 512, wo_a 2 groups of 128 x 512, experts 512 wide: every FP8 linear but
   // wkv passes 8M row x weight elements at 32 rows, the shared w13 at 16.
-  config["hidden_size"] = 1024;
+  nlohmann::json config = testing::one_layer_tiny_hf(1024, 512, "compressed_sparse_attention", "moe");
   config["num_attention_heads"] = 8;
   config["head_dim"] = 128;
   config["q_lora_rank"] = 512;
   config["o_groups"] = 2;
   config["o_lora_rank"] = 128;
-  config["moe_intermediate_size"] = 512;
   config["index_head_dim"] = 128;
-  config["num_hidden_layers"] = 1;
-  config["layer_types"] = {"compressed_sparse_attention"};
-  config["mlp_layer_types"] = {"moe"};
   testing::write_random_checkpoint(dir.file("f32"), config, 13);
   testing::convert(dir.file("f32"), dir.file("fp8"), model::WeightsTarget::Fp8);
   auto model = model::Model::load(dir.file("fp8"));

@@ -23,12 +23,7 @@ namespace {
 TEST(GpuW4A8Moe, CheckpointNumericsTrackTheCpuReference) {
   SKIP_WITHOUT_GPU();
   testing::TempDir dir;
-  nlohmann::json config = testing::read_config(testing::model_fixture("tiny_hf"));
-  config["hidden_size"] = 256;
-  config["moe_intermediate_size"] = 256;
-  config["num_hidden_layers"] = 1;
-  config["layer_types"] = {"compressed_sparse_attention"};
-  config["mlp_layer_types"] = {"moe"};
+  const nlohmann::json config = testing::one_layer_tiny_hf(256, 256, "compressed_sparse_attention", "moe");
   testing::write_random_checkpoint(dir.file("f32"), config, 11);
   testing::convert(dir.file("f32"), dir.file("mxfp4"), model::WeightsTarget::Mxfp4Fp8);
   auto model = model::Model::load(dir.file("mxfp4"));

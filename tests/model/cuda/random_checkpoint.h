@@ -3,7 +3,6 @@
 // fixtures are too narrow for the tensor-core kernels' tiles), and those tests' comparison with the CPU engine.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -26,6 +25,19 @@
 #include "model/model.h"
 
 namespace moeserve::testing {
+
+// tiny_hf's config cut to one layer (`layer_type` attention, `mlp_type` MLP) and widened to hidden `hidden`, expert
+// width `moe_inter`: the tests' random checkpoints keep to one layer because more layers of a random model turn
+// tiny differences into flipped top-k choices.
+inline nlohmann::json one_layer_tiny_hf(int hidden, int moe_inter, const char* layer_type, const char* mlp_type) {
+  nlohmann::json config = read_config(model_fixture("tiny_hf"));
+  config["hidden_size"] = hidden;
+  config["moe_intermediate_size"] = moe_inter;
+  config["num_hidden_layers"] = 1;
+  config["layer_types"] = {layer_type};
+  config["mlp_layer_types"] = {mlp_type};
+  return config;
+}
 
 // A random F32 checkpoint of `config` in the official layout: linears N(0, 1/in), norms 1 + noise, the
 // embedding N(0, 1), other parameters small noise. Hash-routing tables name distinct experts per token, or with
@@ -104,6 +116,7 @@ inline void expect_gpu_tracks_checkpoint_numerics(const model::Model& model, int
                                                    cpu_ckpt, count);
     std::vector<bool> tie(diff.size(), false);
     std::string ties;
+    int n_ties = 0;
     if (control) {
       const char* saved = std::getenv(control);
       const std::string saved_value = saved ? saved : "";
@@ -112,7 +125,7 @@ inline void expect_gpu_tracks_checkpoint_numerics(const model::Model& model, int
           position_diffs(engine::all_logits_cuda(model, ids, chunk, ckpt, {false, false}), cpu_ckpt, count);
       if (saved) setenv(control, saved_value.c_str(), 1); else unsetenv(control);
       for (size_t t = 0; t < off.size(); ++t)
-        if (!(off[t] <= bar)) tie[t] = true, ties += " " + std::to_string(t);
+        if (!(off[t] <= bar)) tie[t] = true, ++n_ties, ties += " " + std::to_string(t);
     }
     float worst = 0;
     int worst_pos = 0, over = 0;
@@ -121,7 +134,6 @@ inline void expect_gpu_tracks_checkpoint_numerics(const model::Model& model, int
       if (!(diff[t] <= bar)) ++over;
       if (!(diff[t] <= worst)) worst = diff[t], worst_pos = int(t);
     }
-    const int n_ties = int(std::count(tie.begin(), tie.end(), true));
     std::printf("  %s chunk %lld: max |gpu - cpu (checkpoint numerics)| = %.3g at position %d; format effect %.3g "
                 "(ratio %.3f); %d positions over a tenth%s%s\n",
                 what, (long long)chunk, worst, worst_pos, format_effect, worst / format_effect, over,
