@@ -171,6 +171,24 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
       });
       if (ok) report(fp8 ? "cuBLASLt fp8 1x128/128x128" : "cuBLASLt bf16", shape, us, bytes, flops, fp8 ? kFp8 : kBf16, M <= 64);
       else std::printf("| %-28s | %-34s | no cuBLASLt algorithm |\n", fp8 ? "cuBLASLt fp8" : "cuBLASLt bf16", shape.c_str());
+      if (!fp8) {  // as GpuModel::linear runs an fp32-input BF16 linear: three bf16 terms, stacked up to 64 rows
+        cuda::DeviceBuffer terms(size_t(3) * M * K * 2, "terms"), parts(M <= 64 ? size_t(3) * M * N * 4 : 4, "parts");
+        auto* t = static_cast<uint16_t*>(terms.data());
+        const size_t term = size_t(M) * K;
+        auto* yp = static_cast<float*>(y.data());
+        bool ok3 = true;
+        const double us3 = time_us([&](int i) {
+          const auto* wi = static_cast<const uint16_t*>(w.get(i));
+          MOESERVE_CUDA_CHECK(cuda::to_bf16_split(static_cast<float*>(x.data()), M, K, K, t, t + term, st, t + 2 * term));
+          if (M <= 64) {
+            ok3 &= blas.gemm_bf16(t, wi, static_cast<float*>(parts.data()), 3 * M, N, K, N, st);
+            MOESERVE_CUDA_CHECK(cuda::add_parts(static_cast<float*>(parts.data()), 3, size_t(M) * N, M, N, N, yp, N, st));
+          } else {
+            for (int k = 0; k < 3; ++k) ok3 &= blas.gemm_bf16(t + k * term, wi, yp, M, N, K, N, st, k > 0);
+          }
+        });
+        if (ok3) report("cuBLASLt bf16, 3 terms", shape, us3, bytes, 3 * flops, kBf16, false);
+      }
     }
   }
 }
@@ -236,6 +254,21 @@ void bench_grouped_linear(const std::string& model, const std::string& name, int
                                                         static_cast<float*>(work.data()), wsn, st));
       });
       report("wgmma bf16 x fp8w skinny (+cvt)", shape, us_tc, bytes, flops, kBf16, false);
+      // The engine's form: the fp32 input as three bf16 terms (hi, lo, lo2 rows) summed in the split epilogue.
+      cuda::DeviceBuffer xb3(size_t(3) * M * G * K * 2, "xb three terms");
+      const size_t wsn3 = cuda::gemm_bf16_fp8w_skinny_workspace_floats(M, N, K, G, 3);
+      auto work3 = floats(wsn3);
+      auto* hi = static_cast<uint16_t*>(xb3.data());
+      const size_t term = size_t(M) * G * K;
+      const double us_three = time_us([&](int i) {
+        MOESERVE_CUDA_CHECK(cuda::bf16_permute16(static_cast<float*>(x.data()), M, G * K, G * K, hi, st, hi + term,
+                                                 hi + 2 * term));
+        MOESERVE_CUDA_CHECK(cuda::gemm_bf16_fp8w_skinny(hi, M, G, static_cast<const uint8_t*>(w.get(i)),
+                                                        static_cast<float*>(bs.data()), bld, N, K,
+                                                        static_cast<float*>(y.data()), G * N,
+                                                        static_cast<float*>(work3.data()), wsn3, st, 3));
+      });
+      report("wgmma bf16 x fp8w skinny, 3 terms (+cvt)", shape, us_three, bytes, 3 * flops, kBf16, false);
     }
   }
 }

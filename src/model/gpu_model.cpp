@@ -2,12 +2,15 @@
 #include "model/gpu_model.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cuda/device.h"
 
@@ -112,6 +115,21 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
     }
   }
   if (const char* e = std::getenv("MOESERVE_SHARED_AT"); e && std::string(e) == "router") shared_after_glue_ = false;
+  // Diagnostics of the BF16 linears past 8 rows (cuBLASLt): MOESERVE_BF16_LT=0 sends them all to the GEMV, =wide
+  // only those of N < 64 (the router gate of the test models); MOESERVE_BF16_TERMS=1|2|3: the bf16 terms an fp32
+  // input is fed as (those linears and the skinny wo_a);
+  // MOESERVE_LT_SYNC=1 synchronizes the stream after each cuBLASLt call (outside graph capture).
+  if (const char* e = std::getenv("MOESERVE_BF16_LT")) {
+    const std::string v = e;
+    check(v == "0" || v == "1" || v == "wide", "MOESERVE_BF16_LT='{}': expected 0, 1 or wide", v);
+    bf16_lt_min_n_ = v == "0" ? INT_MAX : v == "wide" ? 64 : 0;
+  }
+  if (const char* e = std::getenv("MOESERVE_BF16_TERMS")) {
+    const std::string v = e;
+    check(v == "1" || v == "2" || v == "3", "MOESERVE_BF16_TERMS='{}': expected 1, 2 or 3", v);
+    bf16_terms_ = std::stoi(v);
+  }
+  if (const char* e = std::getenv("MOESERVE_LT_SYNC"); e && std::string(e) == "1") lt_sync_ = true;
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&branch_ev_, cudaEventDisableTiming));
 }
 
@@ -363,6 +381,31 @@ bool GpuModel::skinny_fp8_preferred(int M, int N, int K) {
   return M <= 32 || elements < (int64_t(8) << 20);
 }
 
+// MOESERVE_LT_SYNC diagnostic: a BF16 linear's output against a double product on the host (fp32 input, the stored
+// bf16 weights), printed per call.
+void GpuModel::lt_check(const GemmView& v, const float* x, int M, int ldx, const float* y, int ldy, cudaStream_t st) {
+  const int N = v.N, K = v.K;
+  std::vector<float> hx(size_t(M) * ldx), hy(size_t(M) * ldy);
+  std::vector<uint16_t> hw(size_t(N) * K);
+  cuda::copy_to_host(hx.data(), x, (size_t(M - 1) * ldx + K) * 4, st, "lt check x");
+  cuda::copy_to_host(hy.data(), y, (size_t(M - 1) * ldy + N) * 4, st, "lt check y");
+  cuda::copy_to_host(hw.data(), v.w, hw.size() * 2, st, "lt check w");
+  double worst = 0, worst_abs = 0, scale_at = 0;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double r = 0, a = 0;
+      for (int k = 0; k < K; ++k) {
+        const double p = double(hx[size_t(m) * ldx + k]) * bf16_to_f32(hw[size_t(n) * K + k]);
+        r += p;
+        a += std::fabs(p);
+      }
+      const double e = std::fabs(hy[size_t(m) * ldy + n] - r);
+      if (a > 0 && e / a > worst) worst = e / a, worst_abs = e, scale_at = a;
+    }
+  std::fprintf(stderr, "lt-check M=%d N=%d K=%d ldx=%d ldy=%d: worst |y - ref| / sum|x w| = %.3g (|err| %.3g, sum %.3g)\n",
+               M, N, K, ldx, ldy, worst, worst_abs, scale_at);
+}
+
 void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
                       bool fp32_input) {
   if (M == 0 || v.N == 0) return;
@@ -394,38 +437,59 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
                                               v.blk_ld, v.N, K, y, ldy, work, wsn, st));
     return;
   }
+  // After a cuBLASLt call: the stream synchronized when MOESERVE_LT_SYNC asks for it (a race probe).
+  auto lt_done = [&] {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (lt_sync_ && cudaStreamIsCapturing(st, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone) {
+      MOESERVE_CUDA_CHECK(cudaStreamSynchronize(st));
+      if (v.type == WeightType::BF16) lt_check(v, x, M, ldx, y, ldy, st);
+    }
+  };
   if (!options_.exact && M > kSkinnyRows) {
-    if (v.type == WeightType::BF16) {
+    if (v.type == WeightType::BF16 && v.N >= bf16_lt_min_n_) {
       const float* xin;
       int ld;
       input(&xin, &ld);
       // Linears on an fp32 input in the reference or the CPU engine (router gate, compressors, indexer weights,
-      // head) take x as two bf16 terms, hi + lo (~16 significant bits), so that past 8 rows they stay close to
-      // the GEMV's fp32 input: one bf16 rounding of a compressor's input flipped indexer selections (max |dlogit|
-      // 0.124 with one term vs 0.038 split, GpuW4A8Moe test at 16-token chunks). Up to 64 rows the two terms are
-      // stacked as 2M rows of one GEMM (one pass over the weight: the head's is 1 GB) and added after.
-      const size_t need = size_t(M) * K * (fp32_input ? 2 : 1);
+      // head, wo_a) take x as bf16 terms (bf16_terms_: hi + lo + lo2 carry all 24 bits), so that past 8 rows they
+      // stay as close to the CPU as the GEMV's fp32 input: the FP8 quantization downstream (of wo_b's input, of
+      // W2's input scaled by the router weights) turns differences of 1e-6 into flipped e4m3 roundings: a test
+      // model's logits moved 0.049 (bar 0.016) with wo_a's input on one term and the gate's on two, 0.014 with
+      // both on two, 0.0045 on three, as on the GEMV (docs/benchmarks/cuda-ops.md, tenth session). Up to 64 rows the terms are stacked as rows of one GEMM
+      // (one pass over the weight: the head's is 1 GB) and added after.
+      const int terms = fp32_input ? bf16_terms_ : 1;
+      const size_t need = size_t(M) * K * terms;
       if (tmp_bf16_n_ < need) {
         tmp_bf16_ = static_cast<uint16_t*>(bufs_[101].get(need * 2, &generation_));
         tmp_bf16_n_ = need;
       }
       const auto* w = static_cast<const uint16_t*>(v.w);
-      if (fp32_input) {
-        uint16_t* lo = tmp_bf16_ + size_t(M) * K;
-        MOESERVE_CUDA_CHECK(cuda::to_bf16_split(xin, M, K, ld, tmp_bf16_, lo, st));
+      const size_t term = size_t(M) * K;
+      if (terms > 1) {
+        MOESERVE_CUDA_CHECK(cuda::to_bf16_split(xin, M, K, ld, tmp_bf16_, tmp_bf16_ + term, st,
+                                                terms == 3 ? tmp_bf16_ + 2 * term : nullptr));
         if (M <= kStackedSplitRows) {
-          auto* parts = static_cast<float*>(bufs_[109].get(size_t(2 * M) * v.N * 4, &generation_));
-          if (blas_.gemm_bf16(tmp_bf16_, w, parts, 2 * M, v.N, K, v.N, st)) {
-            MOESERVE_CUDA_CHECK(cuda::add_parts(parts, 2, size_t(M) * v.N, M, v.N, v.N, y, ldy, st));
+          auto* parts = static_cast<float*>(bufs_[109].get(size_t(terms) * M * v.N * 4, &generation_));
+          if (blas_.gemm_bf16(tmp_bf16_, w, parts, terms * M, v.N, K, v.N, st)) {
+            MOESERVE_CUDA_CHECK(cuda::add_parts(parts, terms, size_t(M) * v.N, M, v.N, v.N, y, ldy, st));
+            lt_done();
             return;
           }
-        } else if (blas_.gemm_bf16(tmp_bf16_, w, y, M, v.N, K, ldy, st) &&
-                   blas_.gemm_bf16(lo, w, y, M, v.N, K, ldy, st, /*accumulate=*/true)) {
-          return;
+        } else {
+          bool ok = true;
+          for (int t = 0; t < terms && ok; ++t)
+            ok = blas_.gemm_bf16(tmp_bf16_ + t * term, w, y, M, v.N, K, ldy, st, /*accumulate=*/t > 0);
+          if (ok) {
+            lt_done();
+            return;
+          }
         }
       } else {
         MOESERVE_CUDA_CHECK(cuda::to_bf16(xin, M, K, ld, tmp_bf16_, st));
-        if (blas_.gemm_bf16(tmp_bf16_, w, y, M, v.N, K, ldy, st)) return;
+        if (blas_.gemm_bf16(tmp_bf16_, w, y, M, v.N, K, ldy, st)) {
+          lt_done();
+          return;
+        }
       }
     } else if (v.blk_scale && K % 128 == 0 && ldx % 4 == 0) {
       if (tmp_u8_n_ < size_t(M) * K) {
@@ -437,8 +501,10 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
         tmp_scale_n_ = size_t(M) * (K / 128);
       }
       MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(x, M, K, ldx, tmp_u8_, tmp_scale_, st));
-      if (blas_.gemm_fp8_block(tmp_u8_, tmp_scale_, static_cast<const uint8_t*>(v.w), v.blk_scale, y, M, v.N, K, ldy, st))
+      if (blas_.gemm_fp8_block(tmp_u8_, tmp_scale_, static_cast<const uint8_t*>(v.w), v.blk_scale, y, M, v.N, K, ldy, st)) {
+        lt_done();
         return;
+      }
     }
   }
   cuda::GemvArgs a;
@@ -455,6 +521,7 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
   a.act_fp8 = sim && cuda::gemv_fuses_act_fp8(a);
   if (sim && !a.act_fp8) input(&a.x, &a.ldx);
   MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
+  if (M > kSkinnyRows && !sim) lt_done();
 }
 
 void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x, float* out) {
@@ -619,14 +686,21 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   const GemmView wa = L.wo_a.view();
   if (!options_.exact && skinny_wo_a_ && T >= 2 && wa.type == WeightType::FP8 && wa.blk_scale &&
       cuda::gemm_bf16_fp8w_skinny_fits(T, olora, group_in)) {
-    // 2..64 rows: the reference's BF16 einsum itself (bf16 input, the FP8 weight exact in bf16) on BF16 tensor
-    // cores, the weight converted in registers (bench_gpu_ops linear: 8 rows 82 -> ~11 us against the GEMV).
-    auto* xb = static_cast<uint16_t*>(bufs_[105].get(size_t(T) * H * hd * 2, &generation_));
-    const size_t wsn = cuda::gemm_bf16_fp8w_skinny_workspace_floats(T, olora, group_in, G);
+    // 2..64 rows: BF16 tensor cores, the FP8 weight converted in registers (exact in bf16; bench_gpu_ops linear:
+    // 8 rows 82 -> ~11 us against the GEMV). The reference engine multiplies the fp32 attention output (the
+    // official model's einsum has it in bf16), so the input goes in as bf16 terms, as in linear(): one rounding
+    // moved a test model's logits ~10x further from the CPU (docs/benchmarks/cuda-ops.md, tenth session). Three
+    // terms cost the V4-Flash layer ~0 at batch 8 and 2.6% at 32 (two launches past 21 rows).
+    const int terms = bf16_terms_;
+    auto* xb = static_cast<uint16_t*>(bufs_[105].get(size_t(terms) * T * H * hd * 2, &generation_));
+    const size_t wsn = cuda::gemm_bf16_fp8w_skinny_workspace_floats(T, olora, group_in, G, terms);
     auto* work = static_cast<float*>(bufs_[106].get(std::max<size_t>(wsn, 1) * 4, &generation_));
-    MOESERVE_CUDA_CHECK(cuda::bf16_permute16(o_, T, H * hd, H * hd, xb, st));
+    const size_t term = size_t(T) * H * hd;
+    MOESERVE_CUDA_CHECK(cuda::bf16_permute16(o_, T, H * hd, H * hd, xb, st, terms >= 2 ? xb + term : nullptr,
+                                             terms == 3 ? xb + 2 * term : nullptr));
     MOESERVE_CUDA_CHECK(cuda::gemm_bf16_fp8w_skinny(xb, T, G, static_cast<const uint8_t*>(wa.w), wa.blk_scale,
-                                                    wa.blk_ld, olora, group_in, grouped_, G * olora, work, wsn, st));
+                                                    wa.blk_ld, olora, group_in, grouped_, G * olora, work, wsn, st,
+                                                    terms));
   } else if (options_.exact || T <= kSkinnyRows) {
     cuda::GemvArgs a;
     set_weights(a, wa, olora, group_in);  // group g: rows [g*olora, (g+1)*olora) of wo_a
@@ -640,9 +714,9 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     a.problems = G;
     MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
   } else {
-    // The reference's grouped projection is a BF16 einsum on the dequantized weight with an unquantized input
+    // The reference's grouped projection is an einsum on the dequantized weight with an unquantized input
     // (docs/numerics.md), so an FP8 wo_a is dequantized for the BF16 GEMM (exact for its E8M0 scales) instead
-    // of taking the FP8 path, which would quantize the input.
+    // of taking the FP8 path, which would quantize the input; the input goes in as two bf16 terms, as above.
     GemmView w = wa;
     if (w.type == WeightType::FP8) {
       auto* bf16 = static_cast<uint16_t*>(bufs_[104].get(size_t(w.N) * w.K * 2, &generation_));
@@ -657,7 +731,8 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
       GemmView wg = w;
       wg.w = static_cast<const uint16_t*>(w.w) + size_t(g) * olora * w.K;
       wg.N = olora;
-      linear(wg, o_ + size_t(g) * group_in, T, H * hd, grouped_ + size_t(g) * olora, G * olora, false);
+      linear(wg, o_ + size_t(g) * group_in, T, H * hd, grouped_ + size_t(g) * olora, G * olora, false,
+             /*fp32_input=*/true);
     }
   }
   linear(L.wo_b.view(), grouped_, T, G * olora, out, D, true);

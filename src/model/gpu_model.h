@@ -109,6 +109,7 @@ class GpuModel {
   // compressors, indexer weights, head): past 8 rows its BF16 GEMM takes x as two bf16 terms, not one rounding.
   void linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
               bool fp32_input = false);
+  void lt_check(const GemmView& v, const float* x, int M, int ldx, const float* y, int ldy, cudaStream_t st);
   float* tmp_f32(size_t n);
   cuda::BatchDesc batch_desc(const Plan& p) const;
   // Concurrent branches (GpuOptions::concurrent_branches): fork(i) sends the work issued next to side stream i,
@@ -142,6 +143,9 @@ class GpuModel {
   // (gemm_fp8_skinny.cu), the grouped wo_a (gemm_bf16_fp8w_skinny.cu), FP8 routed experts (grouped). For A/B runs
   // and comparisons, MOESERVE_FP8_SKINNY=0 turns them off and a comma list (linear, wo_a, experts) keeps those.
   bool skinny_linear_ = true, skinny_wo_a_ = true, skinny_experts_ = true;
+  int bf16_lt_min_n_ = 0;  // BF16 linears of fewer outputs take the GEMV (MOESERVE_BF16_LT)
+  int bf16_terms_ = 3;     // bf16 terms of an fp32 input to a BF16 linear past 8 rows (MOESERVE_BF16_TERMS)
+  bool lt_sync_ = false;   // MOESERVE_LT_SYNC
   // A one-token step's shared expert forks off the main stream after the MXFP4 routing glue, not before the
   // router (MOESERVE_SHARED_AT=router keeps it before, for A/B runs).
   bool shared_after_glue_ = true;

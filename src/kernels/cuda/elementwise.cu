@@ -345,16 +345,22 @@ __global__ void to_bf16_kernel(const float* x, int M, int K, int ldx, uint16_t* 
   out[i] = *reinterpret_cast<uint16_t*>(&b);
 }
 
-__global__ void to_bf16_split_kernel(const float* x, int M, int K, int ldx, uint16_t* hi, uint16_t* lo) {
+__global__ void to_bf16_split_kernel(const float* x, int M, int K, int ldx, uint16_t* hi, uint16_t* lo,
+                                     uint16_t* lo2) {
   dev::pdl_begin();
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(M) * K) return;
   const int m = int(i / K), k = int(i % K);
   const float v = x[size_t(m) * ldx + k];
   const __nv_bfloat16 h = __float2bfloat16_rn(v);
-  const __nv_bfloat16 l = __float2bfloat16_rn(v - __bfloat162float(h));
+  const float r = v - __bfloat162float(h);  // exact
+  const __nv_bfloat16 l = __float2bfloat16_rn(r);
   hi[i] = *reinterpret_cast<const uint16_t*>(&h);
   lo[i] = *reinterpret_cast<const uint16_t*>(&l);
+  if (lo2) {
+    const __nv_bfloat16 l2 = __float2bfloat16_rn(r - __bfloat162float(l));
+    lo2[i] = *reinterpret_cast<const uint16_t*>(&l2);
+  }
 }
 
 // One thread per output: the parts added in order.
@@ -531,10 +537,11 @@ cudaError_t to_bf16(const float* x, int M, int K, int ldx, uint16_t* out, cudaSt
   return cudaGetLastError();
 }
 
-cudaError_t to_bf16_split(const float* x, int M, int K, int ldx, uint16_t* hi, uint16_t* lo, cudaStream_t stream) {
+cudaError_t to_bf16_split(const float* x, int M, int K, int ldx, uint16_t* hi, uint16_t* lo, cudaStream_t stream,
+                          uint16_t* lo2) {
   if (M == 0) return cudaSuccess;
   return dev::launch(to_bf16_split_kernel, dim3(blocks_for(size_t(M) * K, 256)), dim3(256), 0, stream, x, M, K, ldx,
-                     hi, lo);
+                     hi, lo, lo2);
 }
 
 cudaError_t add_parts(const float* parts, int count, size_t stride, int M, int N, int ld, float* y, int ldy,

@@ -17,6 +17,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
@@ -161,7 +162,9 @@ cudaError_t launch_bf16_skinny(const uint16_t* xb, int problems, const uint8_t* 
 
 // x [M][ldx] fp32 -> out [M][K] bf16 (round to nearest even), each 16-column chunk permuted for the A fragments:
 // out[16 c + v] = x[16 c + 4 ((v % 8) / 2) + v % 2 + 2 (v / 8)]. One thread per chunk.
-__global__ void bf16_permute16_kernel(const float* x, int M, int K, int ldx, uint16_t* out) {
+// With lo (lo2): the further bf16 terms of to_bf16_split, permuted alike.
+__global__ void bf16_permute16_kernel(const float* x, int M, int K, int ldx, uint16_t* out, uint16_t* lo,
+                                      uint16_t* lo2) {
   dev::pdl_begin();
   const int chunks = K / 16;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -177,28 +180,35 @@ __global__ void bf16_permute16_kernel(const float* x, int M, int K, int ldx, uin
     v[j + 2] = f.z;
     v[j + 3] = f.w;
   }
-  uint32_t packed[8];
+  uint16_t* const outs[3] = {out, lo, lo2};
+  for (int t = 0; t < 3 && outs[t]; ++t) {  // term t: the rounding of what the earlier terms left (exact in fp32)
+    uint32_t packed[8];
 #pragma unroll
-  for (int q = 0; q < 8; ++q) {  // positions 2q, 2q + 1
-    const int p0 = 2 * q, p1 = 2 * q + 1;
-    const int c0 = 4 * ((p0 % 8) / 2) + p0 % 2 + 2 * (p0 / 8), c1 = 4 * ((p1 % 8) / 2) + p1 % 2 + 2 * (p1 / 8);
-    const __nv_bfloat162 b = __floats2bfloat162_rn(v[c0], v[c1]);
-    packed[q] = *reinterpret_cast<const uint32_t*>(&b);
+    for (int q = 0; q < 8; ++q) {  // positions 2q, 2q + 1
+      const int p0 = 2 * q, p1 = 2 * q + 1;
+      const int c0 = 4 * ((p0 % 8) / 2) + p0 % 2 + 2 * (p0 / 8), c1 = 4 * ((p1 % 8) / 2) + p1 % 2 + 2 * (p1 / 8);
+      const __nv_bfloat162 b = __floats2bfloat162_rn(v[c0], v[c1]);
+      packed[q] = *reinterpret_cast<const uint32_t*>(&b);
+      v[c0] -= __low2float(b);
+      v[c1] -= __high2float(b);
+    }
+    uint4* dst = reinterpret_cast<uint4*>(outs[t] + size_t(m) * K + 16 * c);
+    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
   }
-  uint4* dst = reinterpret_cast<uint4*>(out + size_t(m) * K + 16 * c);
-  dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-  dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
 }
 
 }  // namespace
 
-cudaError_t bf16_permute16(const float* x, int M, int K, int ldx, uint16_t* out, cudaStream_t stream) {
+cudaError_t bf16_permute16(const float* x, int M, int K, int ldx, uint16_t* out, cudaStream_t stream, uint16_t* lo,
+                           uint16_t* lo2) {
   if (M == 0) return cudaSuccess;
   if (K % 16 != 0 || ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(out) % 16 != 0)
+      reinterpret_cast<uintptr_t>(out) % 16 != 0 || reinterpret_cast<uintptr_t>(lo) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(lo2) % 16 != 0 || (lo2 && !lo))
     return cudaErrorInvalidValue;
   const int n = M * (K / 16);
-  return dev::launch(bf16_permute16_kernel, dim3((n + 255) / 256), dim3(256), 0, stream, x, M, K, ldx, out);
+  return dev::launch(bf16_permute16_kernel, dim3((n + 255) / 256), dim3(256), 0, stream, x, M, K, ldx, out, lo, lo2);
 }
 
 bool gemm_bf16_fp8w_skinny_fits(int M, int N, int K) {
@@ -207,33 +217,49 @@ bool gemm_bf16_fp8w_skinny_fits(int M, int N, int K) {
 
 int gemm_bf16_fp8w_skinny_splits(int N, int K, int problems) { return skinny_k_splits(problems * N / 64, K / 128); }
 
-size_t gemm_bf16_fp8w_skinny_workspace_floats(int M, int N, int K, int problems) {
-  const int splits = gemm_bf16_fp8w_skinny_splits(N, K, problems);
-  return splits > 1 ? size_t(splits) * M * problems * N : 0;
+size_t gemm_bf16_fp8w_skinny_workspace_floats(int M, int N, int K, int problems, int terms) {
+  const int parts = gemm_bf16_fp8w_skinny_splits(N, K, problems) * terms;
+  return parts > 1 ? size_t(parts) * M * problems * N : 0;
 }
 
 cudaError_t gemm_bf16_fp8w_skinny(const uint16_t* xb, int M, int problems, const uint8_t* w, const float* w_scales,
                                   int ws_ld, int N, int K, float* y, int ldy, float* workspace,
-                                  size_t workspace_floats, cudaStream_t stream) {
-  if (!gemm_bf16_fp8w_skinny_fits(M, N, K) || problems < 1 || !xb || !w || !w_scales || !y || ws_ld < K / 128 ||
-      ldy < problems * N || reinterpret_cast<uintptr_t>(xb) % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0)
+                                  size_t workspace_floats, cudaStream_t stream, int terms) {
+  if (!gemm_bf16_fp8w_skinny_fits(M, N, K) || problems < 1 || terms < 1 || terms > 3 || !xb || !w || !w_scales ||
+      !y || ws_ld < K / 128 || ldy < problems * N || reinterpret_cast<uintptr_t>(xb) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(w) % 16 != 0)
     return cudaErrorInvalidValue;
-  int splits = gemm_bf16_fp8w_skinny_splits(N, K, problems);
-  if (!workspace || workspace_floats < size_t(splits) * M * problems * N) splits = 1;
-  Bf16SkinnyParams p{w_scales, y, M, N, K, ws_ld, ldy, K / 128 / splits, 0};
-  if (splits > 1) {
-    p.y = workspace;
-    p.ldy = problems * N;
-    p.split_stride = size_t(M) * problems * N;
-  }
-  cudaError_t err;
-  if (M <= 8) err = launch_bf16_skinny<Bf16SkinnyCfg<8, 6>>(xb, problems, w, p, stream);
-  else if (M <= 16) err = launch_bf16_skinny<Bf16SkinnyCfg<16, 6>>(xb, problems, w, p, stream);
-  else if (M <= 32) err = launch_bf16_skinny<Bf16SkinnyCfg<32, 6>>(xb, problems, w, p, stream);
-  else err = launch_bf16_skinny<Bf16SkinnyCfg<64, 5>>(xb, problems, w, p, stream);
-  if (err != cudaSuccess || splits == 1) return err;
   const int cols = problems * N;
-  return add_parts(workspace, splits, size_t(M) * cols, M, cols, cols, y, ldy, stream);
+  int splits = gemm_bf16_fp8w_skinny_splits(N, K, problems);
+  if (!workspace || workspace_floats < size_t(splits) * terms * M * cols) {
+    if (terms > 1) return cudaErrorInvalidValue;  // the terms are added from the workspace
+    splits = 1;
+  }
+  // As many terms' rows per launch as the 64-row tile holds. A launch of n terms writes split s's n x M rows at
+  // its base + s n M cols, so the workspace holds terms x splits parts of [M][cols], M cols floats apart, and
+  // add_parts sums them all.
+  const int per_launch = std::min(terms, 64 / M);
+  const bool direct = splits * terms == 1;
+  float* base = workspace;
+  for (int t0 = 0; t0 < terms; t0 += per_launch) {
+    const int n = std::min(per_launch, terms - t0), rows = n * M;
+    Bf16SkinnyParams p{w_scales, y, rows, N, K, ws_ld, ldy, K / 128 / splits, 0};
+    if (!direct) {
+      p.y = base;
+      p.ldy = cols;
+      p.split_stride = size_t(rows) * cols;
+      base += size_t(splits) * rows * cols;
+    }
+    const uint16_t* xl = xb + size_t(t0) * M * problems * K;
+    cudaError_t err;
+    if (rows <= 8) err = launch_bf16_skinny<Bf16SkinnyCfg<8, 6>>(xl, problems, w, p, stream);
+    else if (rows <= 16) err = launch_bf16_skinny<Bf16SkinnyCfg<16, 6>>(xl, problems, w, p, stream);
+    else if (rows <= 32) err = launch_bf16_skinny<Bf16SkinnyCfg<32, 6>>(xl, problems, w, p, stream);
+    else err = launch_bf16_skinny<Bf16SkinnyCfg<64, 5>>(xl, problems, w, p, stream);
+    if (err != cudaSuccess) return err;
+  }
+  if (direct) return cudaSuccess;
+  return add_parts(workspace, splits * terms, size_t(M) * cols, M, cols, cols, y, ldy, stream);
 }
 
 }  // namespace moeserve::cuda

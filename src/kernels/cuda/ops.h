@@ -113,18 +113,25 @@ cudaError_t gemm_fp8_skinny_grouped(const uint8_t* xq, const float* x_scales, in
 // * e4m3(W[p N + n][k]), fp32 accumulation. xb [M][problems K] is bf16_permute16's output (the k order the kernel's
 // register fragments want), W [problems N][K] e4m3 with 128x128 block scales [problems N / 128][ws_ld]. K splits
 // and the workspace as gemm_fp8_skinny's. cudaErrorInvalidValue outside the fits or for misaligned operands.
-cudaError_t bf16_permute16(const float* x, int M, int K, int ldx, uint16_t* out, cudaStream_t stream);
+// terms = 2 or 3: xb holds terms x M rows, bf16_permute16's hi rows, then its lo rows (then its lo2 rows), and y is
+// the sum of the products: an fp32-input product (to ~16 or all 24 significant bits), as the reference engine
+// computes wo_a; the workspace is then required (workspace_floats with the same terms).
+// bf16_permute16: with lo (and lo2), also the further terms of to_bf16_split, in the same order.
+cudaError_t bf16_permute16(const float* x, int M, int K, int ldx, uint16_t* out, cudaStream_t stream,
+                           uint16_t* lo = nullptr, uint16_t* lo2 = nullptr);
 bool gemm_bf16_fp8w_skinny_fits(int M, int N, int K);
 int gemm_bf16_fp8w_skinny_splits(int N, int K, int problems);
-size_t gemm_bf16_fp8w_skinny_workspace_floats(int M, int N, int K, int problems);
+size_t gemm_bf16_fp8w_skinny_workspace_floats(int M, int N, int K, int problems, int terms = 1);
 cudaError_t gemm_bf16_fp8w_skinny(const uint16_t* xb, int M, int problems, const uint8_t* w, const float* w_scales,
                                   int ws_ld, int N, int K, float* y, int ldy, float* workspace,
-                                  size_t workspace_floats, cudaStream_t stream);
+                                  size_t workspace_floats, cudaStream_t stream, int terms = 1);
 // bf16 copy (round to nearest even): out [M][K] (row stride K).
 cudaError_t to_bf16(const float* x, int M, int K, int ldx, uint16_t* out, cudaStream_t stream);
 // x split into two bf16 terms (round to nearest even): hi = bf16(x), lo = bf16(x - hi), so hi + lo carries ~16
-// significant bits; two BF16 GEMMs over them stand in for an fp32-input GEMM. hi, lo [M][K] (row stride K).
-cudaError_t to_bf16_split(const float* x, int M, int K, int ldx, uint16_t* hi, uint16_t* lo, cudaStream_t stream);
+// significant bits; BF16 GEMMs over the terms stand in for an fp32-input GEMM. With lo2, a third term
+// lo2 = bf16(x - hi - lo): the three carry all of x's 24. hi, lo, lo2 [M][K] (row stride K).
+cudaError_t to_bf16_split(const float* x, int M, int K, int ldx, uint16_t* hi, uint16_t* lo, cudaStream_t stream,
+                          uint16_t* lo2 = nullptr);
 // y[m][n] (ldy) = parts[0][m][n] + parts[1][m][n] + ... in that order: `count` [M][N] parts (row stride ld),
 // `stride` floats apart (the skinny GEMMs' K splits, the two halves of a stacked hi/lo BF16 GEMM).
 cudaError_t add_parts(const float* parts, int count, size_t stride, int M, int N, int ld, float* y, int ldy,

@@ -483,9 +483,9 @@ TEST(CudaGemm, CublasLtBf16AndFp8BlockScaled) {
 }
 
 // An fp32-input linear with BF16 weights as the model runs it past 8 rows (GpuModel::linear, fp32_input): x split
-// into hi + lo bf16 terms, both stacked as 2M rows of one cuBLASLt GEMM, the halves added in order (up to 64
-// rows), or two GEMMs, the second accumulating (past 64). Against the double reference on the fp32 x: the split
-// carries x to 2^-16 of each |x|, plus fp32 accumulation. Shapes: the random test models' router gate (N 8) and
+// into two or three bf16 terms stacked as rows of one cuBLASLt GEMM, the parts added in order (up to 64 rows), or
+// one GEMM per term, each after the first accumulating (past 64). Against the double reference on the fp32 x: the
+// split carries x to 2^-16 (two terms) or 2^-26 (three) of each |x|, plus fp32 accumulation. Shapes: the random test models' router gate (N 8) and
 // head (N 320), V4-Flash's and V4-Pro's router gates, a V4-Flash compressor.
 TEST(CudaGemm, Bf16GemmOfFp32InputByStackedSplit) {
   SKIP_WITHOUT_GPU();
@@ -493,42 +493,45 @@ TEST(CudaGemm, Bf16GemmOfFp32InputByStackedSplit) {
   cuda::Blas blas;
   struct Shape { int M, N, K; };
   for (Shape s : {Shape{32, 8, 256}, Shape{32, 320, 256}, Shape{16, 64, 256}, Shape{64, 1024, 4096},
-                  Shape{32, 256, 4096}, Shape{64, 384, 7168}, Shape{9, 1024, 4096}, Shape{80, 256, 4096}}) {
-    auto x = normal(size_t(s.M) * s.K, g);
-    auto dx = dev(x);
-    Weights w = make_weights(false, s.N, s.K, 1, g);
-    auto wb = dev(w.bf16);
-    cuda::DeviceArray<uint16_t> terms(2 * x.size(), "hi, lo");
-    cuda::DeviceArray<float> parts(size_t(2 * s.M) * s.N, "parts");
-    MOESERVE_CUDA_CHECK(
-        cuda::to_bf16_split(dx.data(), s.M, s.K, s.K, terms.data(), terms.data() + x.size(), nullptr));
-    const int ldy = s.N + 8;  // the pad must stay poisoned
-    auto y = poisoned<float>(size_t(s.M) * ldy);
-    if (s.M <= 64) {
-      ASSERT_TRUE(blas.gemm_bf16(terms.data(), wb.data(), parts.data(), 2 * s.M, s.N, s.K, s.N, nullptr));
-      MOESERVE_CUDA_CHECK(
-          cuda::add_parts(parts.data(), 2, size_t(s.M) * s.N, s.M, s.N, s.N, y.data(), ldy, nullptr));
-    } else {
-      ASSERT_TRUE(blas.gemm_bf16(terms.data(), wb.data(), y.data(), s.M, s.N, s.K, ldy, nullptr));
-      ASSERT_TRUE(blas.gemm_bf16(terms.data() + x.size(), wb.data(), y.data(), s.M, s.N, s.K, ldy, nullptr,
-                                 /*accumulate=*/true));
-    }
-    MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto got = host(y);
-    std::vector<float> rows(size_t(s.M) * s.N), want(rows.size()), tol(rows.size());
-    const float rel = std::ldexp(1.0f, -16) + 2.0f * float(s.K) / 16777216.0f;
-    for (int m = 0; m < s.M; ++m)
-      for (int n = 0; n < s.N; ++n) {
-        double r, as;
-        reference(x.data(), s.K, w.deq.data(), s.K, m, n, &r, &as);
-        want[size_t(m) * s.N + n] = float(r);
-        tol[size_t(m) * s.N + n] = float(rel * as);
-        rows[size_t(m) * s.N + n] = got[size_t(m) * ldy + n];
-        for (int pad = s.N; pad < ldy; ++pad) ASSERT_TRUE(std::isnan(got[size_t(m) * ldy + pad])) << "row " << m;
+                  Shape{32, 256, 4096}, Shape{64, 384, 7168}, Shape{9, 1024, 4096}, Shape{80, 256, 4096}})
+    for (int nterms : {2, 3}) {
+      auto x = normal(size_t(s.M) * s.K, g);
+      auto dx = dev(x);
+      Weights w = make_weights(false, s.N, s.K, 1, g);
+      auto wb = dev(w.bf16);
+      cuda::DeviceArray<uint16_t> terms(size_t(nterms) * x.size(), "terms");
+      cuda::DeviceArray<float> parts(size_t(nterms) * s.M * s.N, "parts");
+      MOESERVE_CUDA_CHECK(cuda::to_bf16_split(dx.data(), s.M, s.K, s.K, terms.data(), terms.data() + x.size(), nullptr,
+                                              nterms == 3 ? terms.data() + 2 * x.size() : nullptr));
+      const int ldy = s.N + 8;  // the pad must stay poisoned
+      auto y = poisoned<float>(size_t(s.M) * ldy);
+      if (s.M <= 64) {  // the terms stacked as rows of one GEMM, added after
+        ASSERT_TRUE(blas.gemm_bf16(terms.data(), wb.data(), parts.data(), nterms * s.M, s.N, s.K, s.N, nullptr));
+        MOESERVE_CUDA_CHECK(
+            cuda::add_parts(parts.data(), nterms, size_t(s.M) * s.N, s.M, s.N, s.N, y.data(), ldy, nullptr));
+      } else {  // one accumulating GEMM per term
+        for (int t = 0; t < nterms; ++t)
+          ASSERT_TRUE(blas.gemm_bf16(terms.data() + t * x.size(), wb.data(), y.data(), s.M, s.N, s.K, ldy, nullptr,
+                                     /*accumulate=*/t > 0));
       }
-    expect_close(rows, want, tol,
-                 "bf16 stacked split " + std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K));
-  }
+      MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto got = host(y);
+      std::vector<float> rows(size_t(s.M) * s.N), want(rows.size()), tol(rows.size());
+      // The split's error (2^-16 or 2^-26 of |x|) plus fp32 accumulation.
+      const float rel = std::ldexp(1.0f, nterms == 2 ? -16 : -26) + 2.0f * float(s.K) / 16777216.0f;
+      for (int m = 0; m < s.M; ++m)
+        for (int n = 0; n < s.N; ++n) {
+          double r, as;
+          reference(x.data(), s.K, w.deq.data(), s.K, m, n, &r, &as);
+          want[size_t(m) * s.N + n] = float(r);
+          tol[size_t(m) * s.N + n] = float(rel * as);
+          rows[size_t(m) * s.N + n] = got[size_t(m) * ldy + n];
+          for (int pad = s.N; pad < ldy; ++pad) ASSERT_TRUE(std::isnan(got[size_t(m) * ldy + pad])) << "row " << m;
+        }
+      expect_close(rows, want, tol,
+                   "bf16 " + std::to_string(nterms) + "-term split " + std::to_string(s.M) + "x" +
+                       std::to_string(s.N) + "x" + std::to_string(s.K));
+    }
 }
 
 // The tensor-core skinny FP8 GEMM (1..64 rows, swap-AB wgmma) against the double reference on the FP8-simulated
@@ -590,7 +593,8 @@ TEST(CudaGemm, SkinnyFp8TensorCoreGemm) {
 // The BF16-activation x FP8-weight skinny GEMM (V4's grouped wo_a at 1..64 rows: a BF16 einsum on the dequantized
 // weight) against the double reference on bf16-rounded activations and the dequantized weights, `problems` groups
 // side by side, with the BF16 GEMM's fp32-accumulation tolerance; columns past the problems' outputs must stay
-// unwritten.
+// unwritten. With two or three terms (hi, lo, lo2 rows, as the engine feeds wo_a its fp32 input) against the
+// unrounded activations, to the split's 16 or 24 significant bits.
 TEST(CudaGemm, SkinnyBf16ActFp8WeightGemm) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
@@ -602,49 +606,58 @@ TEST(CudaGemm, SkinnyBf16ActFp8WeightGemm) {
     auto wq = dev(w.q);
     int bld;
     auto dblk = dev(block_scales(w, &bld));
-    for (int M : s.Ms) {
-      ASSERT_TRUE(cuda::gemm_bf16_fp8w_skinny_fits(M, s.N, s.K));
-      auto x = normal(size_t(M) * KT, g);
-      auto dx = dev(x);
-      cuda::DeviceArray<uint16_t> xb(x.size(), "xb");
-      MOESERVE_CUDA_CHECK(cuda::bf16_permute16(dx.data(), M, KT, KT, xb.data(), nullptr));
-      std::vector<float> xr(x.size());
-      for (size_t i = 0; i < x.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
-      const int ldy = NT + 64;  // the pad past the outputs must stay poisoned
-      const float rel = 2.0f * float(s.K) / 16777216.0f;
-      std::vector<float> want(size_t(M) * NT), tol(want.size());
-      parallel_for(NT, 16, [&](int64_t b, int64_t e) {
-        for (int m = 0; m < M; ++m)
-          for (int64_t col = b; col < e; ++col) {
-            const int p = int(col / s.N), n = int(col % s.N);
-            double r, as;
-            reference(xr.data() + size_t(p) * s.K, KT, w.deq.data() + size_t(p) * s.N * s.K, s.K, m, n, &r, &as);
-            want[size_t(m) * NT + col] = float(r);
-            tol[size_t(m) * NT + col] = float(as) * rel;
-          }
-      });
-      const size_t wsn = cuda::gemm_bf16_fp8w_skinny_workspace_floats(M, s.N, s.K, s.problems);
-      cuda::DeviceArray<float> work(std::max<size_t>(wsn, 1), "split workspace");
-      for (bool split : {true, false}) {
-        auto y = poisoned<float>(size_t(M) * ldy);
-        MOESERVE_CUDA_CHECK(cuda::gemm_bf16_fp8w_skinny(xb.data(), M, s.problems, wq.data(), dblk.data(), bld, s.N,
-                                                        s.K, y.data(), ldy, split ? work.data() : nullptr,
-                                                        split ? wsn : 0, nullptr));
-        MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
-        const auto got = host(y);
-        std::vector<float> rows(want.size());
-        for (int m = 0; m < M; ++m)
-          for (int c = 0; c < NT; ++c) rows[size_t(m) * NT + c] = got[size_t(m) * ldy + c];
-        const int splits = cuda::gemm_bf16_fp8w_skinny_splits(s.N, s.K, s.problems);
-        expect_close(rows, want, tol,
-                     "skinny bf16 x fp8w " + std::to_string(M) + "x" + std::to_string(s.problems) + "x" +
-                         std::to_string(s.N) + "x" + std::to_string(s.K) +
-                         (split ? " in " + std::to_string(splits) + " K splits" : ""));
-        for (int m = 0; m < M; ++m)
-          for (int c = NT; c < ldy; ++c)
-            ASSERT_TRUE(std::isnan(got[size_t(m) * ldy + c])) << "written past the outputs at row " << m;
+    for (int M : s.Ms)
+      for (int terms : {1, 2, 3}) {
+        ASSERT_TRUE(cuda::gemm_bf16_fp8w_skinny_fits(M, s.N, s.K));
+        auto x = normal(size_t(M) * KT, g);
+        auto dx = dev(x);
+        cuda::DeviceArray<uint16_t> xb(terms * x.size(), "xb");
+        MOESERVE_CUDA_CHECK(cuda::bf16_permute16(dx.data(), M, KT, KT, xb.data(), nullptr,
+                                                 terms >= 2 ? xb.data() + x.size() : nullptr,
+                                                 terms == 3 ? xb.data() + 2 * x.size() : nullptr));
+        std::vector<float> xr(x.size());
+        for (size_t i = 0; i < x.size(); ++i) xr[i] = terms > 1 ? x[i] : bf16_to_f32(f32_to_bf16(x[i]));
+        const int ldy = NT + 64;  // the pad past the outputs must stay poisoned
+        const float split_rel = terms == 1 ? 0.0f : std::ldexp(1.0f, terms == 2 ? -16 : -26);
+        const float rel = split_rel + 2.0f * float(s.K) / 16777216.0f;
+        std::vector<float> want(size_t(M) * NT), tol(want.size());
+        parallel_for(NT, 16, [&](int64_t b, int64_t e) {
+          for (int m = 0; m < M; ++m)
+            for (int64_t col = b; col < e; ++col) {
+              const int p = int(col / s.N), n = int(col % s.N);
+              double r, as;
+              reference(xr.data() + size_t(p) * s.K, KT, w.deq.data() + size_t(p) * s.N * s.K, s.K, m, n, &r, &as);
+              want[size_t(m) * NT + col] = float(r);
+              tol[size_t(m) * NT + col] = float(as) * rel;
+            }
+        });
+        const size_t wsn = cuda::gemm_bf16_fp8w_skinny_workspace_floats(M, s.N, s.K, s.problems, terms);
+        cuda::DeviceArray<float> work(std::max<size_t>(wsn, 1), "split workspace");
+        if (terms > 1)  // the terms are added from the workspace: without one, a clear refusal
+          ASSERT_EQ(cuda::gemm_bf16_fp8w_skinny(xb.data(), M, s.problems, wq.data(), dblk.data(), bld, s.N, s.K,
+                                                work.data(), ldy, nullptr, 0, nullptr, terms),
+                    cudaErrorInvalidValue);
+        for (bool split : terms > 1 ? std::vector<bool>{true} : std::vector<bool>{true, false}) {
+          auto y = poisoned<float>(size_t(M) * ldy);
+          MOESERVE_CUDA_CHECK(cuda::gemm_bf16_fp8w_skinny(xb.data(), M, s.problems, wq.data(), dblk.data(), bld, s.N,
+                                                          s.K, y.data(), ldy, split ? work.data() : nullptr,
+                                                          split ? wsn : 0, nullptr, terms));
+          MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+          const auto got = host(y);
+          std::vector<float> rows(want.size());
+          for (int m = 0; m < M; ++m)
+            for (int c = 0; c < NT; ++c) rows[size_t(m) * NT + c] = got[size_t(m) * ldy + c];
+          const int splits = cuda::gemm_bf16_fp8w_skinny_splits(s.N, s.K, s.problems);
+          expect_close(rows, want, tol,
+                       "skinny bf16 x fp8w " + std::to_string(M) + "x" + std::to_string(s.problems) + "x" +
+                           std::to_string(s.N) + "x" + std::to_string(s.K) +
+                           (split ? " in " + std::to_string(splits) + " K splits" : "") +
+                           (terms > 1 ? ", " + std::to_string(terms) + " terms" : ""));
+          for (int m = 0; m < M; ++m)
+            for (int c = NT; c < ldy; ++c)
+              ASSERT_TRUE(std::isnan(got[size_t(m) * ldy + c])) << "written past the outputs at row " << m;
+        }
       }
-    }
   }
 }
 

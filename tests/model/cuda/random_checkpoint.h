@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -111,7 +112,14 @@ inline void expect_gpu_tracks_checkpoint_numerics(const model::Model& model, int
   const float format_effect = max_abs_diff(cpu_ckpt, cpu_ref);
   ASSERT_GT(format_effect, 0.0f);
   const float bar = 0.1f * format_effect;
-  for (int64_t chunk : gpu_chunks) {
+  // MOESERVE_TEST_CHUNKS (a comma list) replaces the chunk sizes: a diagnostic for runs by hand.
+  std::vector<int64_t> chunks(gpu_chunks);
+  if (const char* e = std::getenv("MOESERVE_TEST_CHUNKS")) {
+    chunks.clear();
+    std::stringstream list(e);
+    for (std::string c; std::getline(list, c, ',');) chunks.push_back(std::stoll(c));
+  }
+  for (int64_t chunk : chunks) {
     const std::vector<float> diff = position_diffs(engine::all_logits_cuda(model, ids, chunk, ckpt, {false, false}),
                                                    cpu_ckpt, count);
     std::vector<bool> tie(diff.size(), false);
