@@ -130,6 +130,9 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
     bf16_terms_ = std::stoi(v);
   }
   if (const char* e = std::getenv("MOESERVE_LT_SYNC"); e && std::string(e) == "1") lt_sync_ = true;
+  // MOESERVE_FP8_LT=0: FP8 linears past 8 rows take the GEMV (with the FP8 activation simulation) instead of
+  // cuBLASLt's block-scaled GEMM (a diagnostic, as MOESERVE_BF16_LT).
+  if (const char* e = std::getenv("MOESERVE_FP8_LT"); e && std::string(e) == "0") fp8_lt_ = false;
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&branch_ev_, cudaEventDisableTiming));
 }
 
@@ -491,7 +494,7 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
           return;
         }
       }
-    } else if (v.blk_scale && K % 128 == 0 && ldx % 4 == 0) {
+    } else if (fp8_lt_ && v.blk_scale && K % 128 == 0 && ldx % 4 == 0) {
       if (tmp_u8_n_ < size_t(M) * K) {
         tmp_u8_ = static_cast<uint8_t*>(bufs_[102].get(size_t(M) * K, &generation_));
         tmp_u8_n_ = size_t(M) * K;
