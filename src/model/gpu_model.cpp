@@ -693,7 +693,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     // 8 rows 82 -> ~11 us against the GEMV). The reference engine multiplies the fp32 attention output (the
     // official model's einsum has it in bf16), so the input goes in as bf16 terms, as in linear(): one rounding
     // moved a test model's logits ~10x further from the CPU (docs/benchmarks/cuda-ops.md, tenth session). Three
-    // terms cost the V4-Flash layer ~0 at batch 8 and 2.6% at 32 (two launches past 21 rows).
+    // terms cost the V4-Flash layer ~0 at batch 8 and ~1.5% at 32 (one launch up to 42 rows).
     const int terms = bf16_terms_;
     auto* xb = static_cast<uint16_t*>(bufs_[105].get(size_t(terms) * T * H * hd * 2, &generation_));
     const size_t wsn = cuda::gemm_bf16_fp8w_skinny_workspace_floats(T, olora, group_in, G, terms);

@@ -12,6 +12,8 @@
 // match (bf16_permute16: position v holds column 4 ((v % 8) / 2) + v % 2 + 2 (v / 8)), which reorders the terms
 // of each dot product and nothing else. Problems (the G groups of wo_a) run side by side over blockIdx.z: problem
 // p reads activation columns [p K, (p + 1) K), weight rows [p N, (p + 1) N) and writes y columns [p N, (p + 1) N).
+// The consumers convert the next group's weights while the current group's wgmmas run. Launches take up to 128
+// activation rows: the 1..64 rows of one term, or the stacked terms (hi, lo, lo2) of an fp32 input.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -48,7 +50,7 @@ struct Bf16SkinnyCfg {
   static constexpr int kHalfBytes = BN * 128;   // a group's activations, per 64 k (BN rows x 64 bf16)
   static constexpr int kStageBytes = ((kWBytes + 2 * kHalfBytes + 1023) / 1024) * 1024;
   static constexpr int kSmemBytes = 1024 /*align slack*/ + S * kStageBytes;
-  static_assert(BN % 8 == 0 && BN <= 64, "stage layout");
+  static_assert(BN % 8 == 0 && BN <= 128, "stage layout");
   static_assert(kSmemBytes <= 232448, "shared memory");
 };
 
@@ -114,20 +116,25 @@ __global__ void __launch_bounds__(C::kThreads) gemm_bf16_fp8w_skinny_kernel(cons
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
 
-  for (int g = 0; g < NG; ++g) {
-    const int stage = g % S;
-    const float wsc = __ldg(wsr + g0 + g);
-    mbar_wait(&full_bar[stage], (g / S) & 1);
-    __syncwarp();  // reconverge after the spin: wgmma is .sync.aligned
-    const uint32_t st = stages_addr + stage * C::kStageBytes;
-    // The A fragments of the 8 k16 steps: 4 weight bytes of row r0 and of row r0 + 8 each, as bf16 pairs.
-    uint32_t a[8][4];
+  // The A fragments of group g's 8 k16 steps: 4 weight bytes of row r0 and of row r0 + 8 each, as bf16 pairs,
+  // read from the group's stage (full).
+  auto convert = [&](int g, uint32_t(&a)[8][4]) {
+    const uint32_t st = stages_addr + (g % S) * C::kStageBytes;
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
       const uint32_t chunk = (uint32_t(kk) ^ swz) * 16;
       e4m3x4_to_bf16(lds32(st + a_row0 + chunk), a[kk][0], a[kk][2]);
       e4m3x4_to_bf16(lds32(st + a_row8 + chunk), a[kk][1], a[kk][3]);
     }
+  };
+  auto load_a = [&](int g, uint32_t(&a)[8][4]) {
+    mbar_wait(&full_bar[g % S], (g / S) & 1);
+    __syncwarp();  // reconverge after the spin: wgmma is .sync.aligned
+    convert(g, a);
+  };
+  // Group g's wgmmas from fragments a (issued, not waited for).
+  auto issue = [&](int g, const uint32_t(&a)[8][4]) {
+    const uint32_t st = stages_addr + (g % S) * C::kStageBytes;
     const uint32_t db0 = sw128_desc_lo(st + C::kWBytes), db1 = sw128_desc_lo(st + C::kWBytes + C::kHalfBytes);
     fence_operands(tmp);
     wgmma_fence();
@@ -135,13 +142,50 @@ __global__ void __launch_bounds__(C::kThreads) gemm_bf16_fp8w_skinny_kernel(cons
     for (int kk = 0; kk < 8; ++kk)  // k16 steps: 32 bytes along the swizzled bf16 rows (descriptor units of 16 bytes)
       wgmma::RsBf16<BN>::mma(tmp, a[kk], sw128_desc((kk < 4 ? db0 : db1) + 2 * (kk % 4)), kk > 0 ? 1 : 0);
     wgmma_commit();
+  };
+  // Waits for group g's wgmmas (a stays live until then), releases its stage and adds its product, scaled.
+  auto retire = [&](int g, uint32_t(&a)[8][4]) {
+    const float wsc = __ldg(wsr + g0 + g);
     wgmma_wait_all();
     fence_operands(tmp);
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[kk][i])::"memory");
     __syncwarp();
-    if (lane == 0) mbar_arrive(&empty_bar[stage]);  // this warp is done with the stage
+    if (lane == 0) mbar_arrive(&empty_bar[g % S]);  // this warp is done with the stage
     // acc += tmp * w_scale: accumulator j holds row r0 + 8 ((j >> 1) & 1), token 8 (j >> 2) + 2 t4 + (j & 1).
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = fmaf(tmp[i], wsc, acc[i]);
+  };
+  if constexpr (BN < 32) {
+    // Tiles of 8 and 16 rows: one group at a time. Overlapping the next group's conversion with the wgmmas (below)
+    // cost wo_a 14 -> 17 us here (bench_gpu_ops linear, V4-Flash, 8 and 16 rows): the wgmmas are too short to
+    // hide anything.
+    for (int g = 0; g < NG; ++g) {
+      uint32_t a[8][4];
+      load_a(g, a);
+      issue(g, a);
+      retire(g, a);
+    }
+  } else {
+    // If group g + 1's stage has already landed, its fragments are converted while group g's wgmmas run (96
+    // rows: 40 -> 33 us); otherwise after group g's stage is released, so that waiting for it never holds a
+    // stage back from the producer. Two fragment sets, named statically (a runtime index would put them in
+    // local memory).
+    auto step = [&](int g, uint32_t(&a)[8][4], uint32_t(&next)[8][4]) {
+      issue(g, a);
+      const bool early = g + 1 < NG && mbar_ready_warp(&full_bar[(g + 1) % S], ((g + 1) / S) & 1);
+      if (early) convert(g + 1, next);
+      retire(g, a);
+      if (g + 1 < NG && !early) load_a(g + 1, next);
+    };
+    uint32_t a0[8][4], a1[8][4];
+    load_a(0, a0);
+    for (int g = 0; g < NG; g += 2) {
+      step(g, a0, a1);
+      if (g + 1 < NG) step(g + 1, a1, a0);
+    }
   }
 
   store_swap_ab<BN>(acc, p.y + blockIdx.y * p.split_stride + rows0 + r0, p.M, p.ldy, t4);
@@ -235,10 +279,10 @@ cudaError_t gemm_bf16_fp8w_skinny(const uint16_t* xb, int M, int problems, const
     if (terms > 1) return cudaErrorInvalidValue;  // the terms are added from the workspace
     splits = 1;
   }
-  // As many terms' rows per launch as the 64-row tile holds. A launch of n terms writes split s's n x M rows at
+  // As many terms' rows per launch as the widest tile (128 rows) holds. A launch of n terms writes split s's n x M rows at
   // its base + s n M cols, so the workspace holds terms x splits parts of [M][cols], M cols floats apart, and
   // add_parts sums them all.
-  const int per_launch = std::min(terms, 64 / M);
+  const int per_launch = std::min(terms, 128 / M);
   const bool direct = splits * terms == 1;
   float* base = workspace;
   for (int t0 = 0; t0 < terms; t0 += per_launch) {
@@ -255,7 +299,9 @@ cudaError_t gemm_bf16_fp8w_skinny(const uint16_t* xb, int M, int problems, const
     if (rows <= 8) err = launch_bf16_skinny<Bf16SkinnyCfg<8, 6>>(xl, problems, w, p, stream);
     else if (rows <= 16) err = launch_bf16_skinny<Bf16SkinnyCfg<16, 6>>(xl, problems, w, p, stream);
     else if (rows <= 32) err = launch_bf16_skinny<Bf16SkinnyCfg<32, 6>>(xl, problems, w, p, stream);
-    else err = launch_bf16_skinny<Bf16SkinnyCfg<64, 5>>(xl, problems, w, p, stream);
+    else if (rows <= 64) err = launch_bf16_skinny<Bf16SkinnyCfg<64, 5>>(xl, problems, w, p, stream);
+    else if (rows <= 96) err = launch_bf16_skinny<Bf16SkinnyCfg<96, 6>>(xl, problems, w, p, stream);
+    else err = launch_bf16_skinny<Bf16SkinnyCfg<128, 5>>(xl, problems, w, p, stream);
     if (err != cudaSuccess) return err;
   }
   if (direct) return cudaSuccess;
