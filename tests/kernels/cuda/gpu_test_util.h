@@ -17,9 +17,7 @@
 #include "io/model_config.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/runtime.h"
-
-#define SKIP_WITHOUT_GPU() \
-  if (!::moeserve::cuda::available()) GTEST_SKIP() << "no GPU: " << ::moeserve::cuda::device_info().reason
+#include "gpu_skip.h"
 
 namespace moeserve::gputest {
 

@@ -30,14 +30,12 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/moe_w4a8.h"
 #include "kernels/cuda/ops.h"
+#include "gpu_skip.h"
 
 namespace moeserve {
 namespace {
 
 namespace ref = kernels::cpu;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda::available()) GTEST_SKIP() << "no GPU: " << cuda::device_info().reason
 
 unsigned test_seed(const char* what) {
   unsigned seed;

@@ -12,12 +12,10 @@
 #include "model/model.h"
 #include "random_checkpoint.h"
 #include "temp_dir.h"
+#include "gpu_skip.h"
 
 namespace moeserve {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-  if (!::moeserve::cuda::available()) GTEST_SKIP() << "no GPU: " << ::moeserve::cuda::device_info().reason
 
 void expect_repeated_hash_experts_track_cpu(model::WeightsTarget target, const char* what) {
   testing::TempDir dir;

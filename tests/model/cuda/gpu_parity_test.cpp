@@ -12,12 +12,10 @@
 #include "model/fixture.h"
 #include "model/gpu_model.h"
 #include "model/model.h"
+#include "gpu_skip.h"
 
 namespace moeserve {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-  if (!::moeserve::cuda::available()) GTEST_SKIP() << "no GPU: " << ::moeserve::cuda::device_info().reason
 
 constexpr float kTolerance = 1e-3f;
 

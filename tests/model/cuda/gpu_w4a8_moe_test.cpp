@@ -13,12 +13,10 @@
 #include "model/model.h"
 #include "random_checkpoint.h"
 #include "temp_dir.h"
+#include "gpu_skip.h"
 
 namespace moeserve {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-  if (!::moeserve::cuda::available()) GTEST_SKIP() << "no GPU: " << ::moeserve::cuda::device_info().reason
 
 TEST(GpuW4A8Moe, CheckpointNumericsTrackTheCpuReference) {
   SKIP_WITHOUT_GPU();
