@@ -440,7 +440,8 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
                                               v.blk_ld, v.N, K, y, ldy, work, wsn, st));
     return;
   }
-  // After a cuBLASLt call: the stream synchronized when MOESERVE_LT_SYNC asks for it (a race probe).
+  // After a linear past 8 rows, when MOESERVE_LT_SYNC asks for it (outside graph capture): the stream
+  // synchronized (a race probe), and a BF16 linear checked against a double product on the host (lt_check).
   auto lt_done = [&] {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (lt_sync_ && cudaStreamIsCapturing(st, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone) {
@@ -458,8 +459,8 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
       // stay as close to the CPU as the GEMV's fp32 input: the FP8 quantization downstream (of wo_b's input, of
       // W2's input scaled by the router weights) turns differences of 1e-6 into flipped e4m3 roundings: a test
       // model's logits moved 0.049 (bar 0.016) with wo_a's input on one term and the gate's on two, 0.014 with
-      // both on two, 0.0045 on three, as on the GEMV (docs/benchmarks/cuda-ops.md, tenth session). Up to 64 rows the terms are stacked as rows of one GEMM
-      // (one pass over the weight: the head's is 1 GB) and added after.
+      // both on two, 0.0045 on three, as on the GEMV (docs/benchmarks/cuda-ops.md, tenth session). Up to 64 rows
+      // the terms are stacked as rows of one GEMM (one pass over the weight: the head's is 1 GB), added after.
       const int terms = fp32_input ? bf16_terms_ : 1;
       const size_t need = size_t(M) * K * terms;
       if (tmp_bf16_n_ < need) {
