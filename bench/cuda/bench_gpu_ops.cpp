@@ -172,7 +172,8 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
       if (ok) report(fp8 ? "cuBLASLt fp8 1x128/128x128" : "cuBLASLt bf16", shape, us, bytes, flops, fp8 ? kFp8 : kBf16, M <= 64);
       else std::printf("| %-28s | %-34s | no cuBLASLt algorithm |\n", fp8 ? "cuBLASLt fp8" : "cuBLASLt bf16", shape.c_str());
       if (!fp8) {  // as GpuModel::linear runs an fp32-input BF16 linear: three bf16 terms, stacked up to 64 rows
-        cuda::DeviceBuffer terms(size_t(3) * M * K * 2, "terms"), parts(M <= 64 ? size_t(3) * M * N * 4 : 4, "parts");
+        cuda::DeviceBuffer terms(size_t(3) * M * K * 2, "terms"),
+            parts(M <= cuda::Blas::kStackedRows ? size_t(3) * M * N * 4 : 4, "parts");
         auto* t = static_cast<uint16_t*>(terms.data());
         const size_t term = size_t(M) * K;
         auto* yp = static_cast<float*>(y.data());
@@ -180,12 +181,7 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
         const double us3 = time_us([&](int i) {
           const auto* wi = static_cast<const uint16_t*>(w.get(i));
           MOESERVE_CUDA_CHECK(cuda::to_bf16_split(static_cast<float*>(x.data()), M, K, K, t, t + term, st, t + 2 * term));
-          if (M <= 64) {
-            ok3 &= blas.gemm_bf16(t, wi, static_cast<float*>(parts.data()), 3 * M, N, K, N, st);
-            MOESERVE_CUDA_CHECK(cuda::add_parts(static_cast<float*>(parts.data()), 3, size_t(M) * N, M, N, N, yp, N, st));
-          } else {
-            for (int k = 0; k < 3; ++k) ok3 &= blas.gemm_bf16(t + k * term, wi, yp, M, N, K, N, st, k > 0);
-          }
+          ok3 &= blas.gemm_bf16_terms(t, 3, wi, yp, M, N, K, N, static_cast<float*>(parts.data()), st);
         });
         if (ok3) report("cuBLASLt bf16, 3 terms", shape, us3, bytes, 3 * flops, kBf16, false);
       }

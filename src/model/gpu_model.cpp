@@ -22,7 +22,6 @@ using cuda::DeviceArray;
 using cuda::WeightType;
 
 constexpr int kSkinnyRows = 8;  // linears with at most this many rows always take the skinny GEMM
-constexpr int kStackedSplitRows = 64;  // fp32-input BF16 linears of at most this many rows: one stacked GEMM
 
 float rope_scale_of(const io::RopeSpec& spec) { return spec.yarn ? float(spec.attention_factor) : 1.0f; }
 
@@ -117,8 +116,8 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   if (const char* e = std::getenv("MOESERVE_SHARED_AT"); e && std::string(e) == "router") shared_after_glue_ = false;
   // Diagnostics of the BF16 linears past 8 rows (cuBLASLt): MOESERVE_BF16_LT=0 sends them all to the GEMV, =wide
   // only those of N < 64 (the router gate of the test models); MOESERVE_BF16_TERMS=1|2|3: the bf16 terms an fp32
-  // input is fed as (those linears and the skinny wo_a);
-  // MOESERVE_LT_SYNC=1 synchronizes the stream after each cuBLASLt call (outside graph capture).
+  // input is fed as (those linears and the skinny wo_a); MOESERVE_LT_SYNC=1 synchronizes the stream after each
+  // linear past 8 rows and checks the BF16 ones against a host double product (outside graph capture).
   if (const char* e = std::getenv("MOESERVE_BF16_LT")) {
     const std::string v = e;
     check(v == "0" || v == "1" || v == "wide", "MOESERVE_BF16_LT='{}': expected 0, 1 or wide", v);
@@ -460,40 +459,24 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
       // W2's input scaled by the router weights) turns differences of 1e-6 into flipped e4m3 roundings: a test
       // model's logits moved 0.049 (bar 0.016) with wo_a's input on one term and the gate's on two, 0.014 with
       // both on two, 0.0045 on three, as on the GEMV (docs/benchmarks/cuda-ops.md, tenth session). Up to 64 rows
-      // the terms are stacked as rows of one GEMM (one pass over the weight: the head's is 1 GB), added after.
+      // the terms are stacked as rows of one GEMM (one pass over the weight: the head's is 1 GB; gemm_bf16_terms).
       const int terms = fp32_input ? bf16_terms_ : 1;
-      const size_t need = size_t(M) * K * terms;
-      if (tmp_bf16_n_ < need) {
-        tmp_bf16_ = static_cast<uint16_t*>(bufs_[101].get(need * 2, &generation_));
-        tmp_bf16_n_ = need;
-      }
-      const auto* w = static_cast<const uint16_t*>(v.w);
       const size_t term = size_t(M) * K;
-      if (terms > 1) {
+      if (tmp_bf16_n_ < term * terms) {
+        tmp_bf16_ = static_cast<uint16_t*>(bufs_[101].get(term * terms * 2, &generation_));
+        tmp_bf16_n_ = term * terms;
+      }
+      if (terms > 1)
         MOESERVE_CUDA_CHECK(cuda::to_bf16_split(xin, M, K, ld, tmp_bf16_, tmp_bf16_ + term, st,
                                                 terms == 3 ? tmp_bf16_ + 2 * term : nullptr));
-        if (M <= kStackedSplitRows) {
-          auto* parts = static_cast<float*>(bufs_[109].get(size_t(terms) * M * v.N * 4, &generation_));
-          if (blas_.gemm_bf16(tmp_bf16_, w, parts, terms * M, v.N, K, v.N, st)) {
-            MOESERVE_CUDA_CHECK(cuda::add_parts(parts, terms, size_t(M) * v.N, M, v.N, v.N, y, ldy, st));
-            lt_done();
-            return;
-          }
-        } else {
-          bool ok = true;
-          for (int t = 0; t < terms && ok; ++t)
-            ok = blas_.gemm_bf16(tmp_bf16_ + t * term, w, y, M, v.N, K, ldy, st, /*accumulate=*/t > 0);
-          if (ok) {
-            lt_done();
-            return;
-          }
-        }
-      } else {
+      else
         MOESERVE_CUDA_CHECK(cuda::to_bf16(xin, M, K, ld, tmp_bf16_, st));
-        if (blas_.gemm_bf16(tmp_bf16_, w, y, M, v.N, K, ldy, st)) {
-          lt_done();
-          return;
-        }
+      float* parts = terms > 1 && M <= cuda::Blas::kStackedRows
+                         ? static_cast<float*>(bufs_[109].get(size_t(terms) * M * v.N * 4, &generation_))
+                         : nullptr;
+      if (blas_.gemm_bf16_terms(tmp_bf16_, terms, static_cast<const uint16_t*>(v.w), y, M, v.N, K, ldy, parts, st)) {
+        lt_done();
+        return;
       }
     } else if (fp8_lt_ && v.blk_scale && K % 128 == 0 && ldx % 4 == 0) {
       if (tmp_u8_n_ < size_t(M) * K) {
@@ -720,7 +703,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   } else {
     // The reference's grouped projection is an einsum on the dequantized weight with an unquantized input
     // (docs/numerics.md), so an FP8 wo_a is dequantized for the BF16 GEMM (exact for its E8M0 scales) instead
-    // of taking the FP8 path, which would quantize the input; the input goes in as two bf16 terms, as above.
+    // of taking the FP8 path, which would quantize the input; the input goes in as bf16 terms, as above.
     GemmView w = wa;
     if (w.type == WeightType::FP8) {
       auto* bf16 = static_cast<uint16_t*>(bufs_[104].get(size_t(w.N) * w.K * 2, &generation_));

@@ -106,7 +106,7 @@ class GpuModel {
   void moe_mxfp4(const GpuMxfp4Experts& experts, int T, int K, float limit, const float* x, const cuda::RouteLogits* route,
                  const std::function<void()>& after_glue = {});
   // fp32_input: the reference (or the CPU engine) computes this linear on an fp32 input (router gate,
-  // compressors, indexer weights, head): past 8 rows its BF16 GEMM takes x as two bf16 terms, not one rounding.
+  // compressors, indexer weights, head, wo_a): past 8 rows its BF16 GEMM takes x as bf16 terms (bf16_terms_).
   void linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
               bool fp32_input = false);
   void lt_check(const GemmView& v, const float* x, int M, int ldx, const float* y, int ldy, cudaStream_t st);

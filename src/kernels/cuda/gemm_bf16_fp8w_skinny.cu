@@ -279,9 +279,9 @@ cudaError_t gemm_bf16_fp8w_skinny(const uint16_t* xb, int M, int problems, const
     if (terms > 1) return cudaErrorInvalidValue;  // the terms are added from the workspace
     splits = 1;
   }
-  // As many terms' rows per launch as the widest tile (128 rows) holds. A launch of n terms writes split s's n x M rows at
-  // its base + s n M cols, so the workspace holds terms x splits parts of [M][cols], M cols floats apart, and
-  // add_parts sums them all.
+  // As many terms' rows per launch as the widest tile (128 rows) holds. A launch of n terms writes split s's
+  // n x M rows at its base + s n M cols, so the workspace holds terms x splits parts of [M][cols], M cols floats
+  // apart, and add_parts sums them all.
   const int per_launch = std::min(terms, 128 / M);
   const bool direct = splits * terms == 1;
   float* base = workspace;

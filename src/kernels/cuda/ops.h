@@ -133,7 +133,7 @@ cudaError_t to_bf16(const float* x, int M, int K, int ldx, uint16_t* out, cudaSt
 cudaError_t to_bf16_split(const float* x, int M, int K, int ldx, uint16_t* hi, uint16_t* lo, cudaStream_t stream,
                           uint16_t* lo2 = nullptr);
 // y[m][n] (ldy) = parts[0][m][n] + parts[1][m][n] + ... in that order: `count` [M][N] parts (row stride ld),
-// `stride` floats apart (the skinny GEMMs' K splits, the two halves of a stacked hi/lo BF16 GEMM).
+// `stride` floats apart (the skinny GEMMs' K splits and terms, the terms of Blas::gemm_bf16_terms' stacked GEMM).
 cudaError_t add_parts(const float* parts, int count, size_t stride, int M, int N, int ld, float* y, int ldy,
                       cudaStream_t stream);
 // FP8 weights to bf16 (round to nearest even): out[n][k] = bf16(e4m3(w[n][k]) * row_scale[n * scale_ld + k / 128])

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/ops.h"
 
 namespace moeserve::cuda {
 
@@ -189,6 +190,18 @@ bool Blas::gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int M, int 
   cublasStatus_t st = cublasLtMatmul(h, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, workspace_,
                                      workspace_bytes_, stream);
   lt_check(st, "Matmul (bf16)");
+  return true;
+}
+
+bool Blas::gemm_bf16_terms(const uint16_t* terms, int nterms, const uint16_t* w, float* y, int M, int N, int K,
+                           int ldy, float* parts, cudaStream_t stream) {
+  if (nterms > 1 && M <= kStackedRows) {
+    if (!gemm_bf16(terms, w, parts, nterms * M, N, K, N, stream)) return false;
+    MOESERVE_CUDA_CHECK(add_parts(parts, nterms, size_t(M) * N, M, N, N, y, ldy, stream));
+    return true;
+  }
+  for (int t = 0; t < nterms; ++t)
+    if (!gemm_bf16(terms + size_t(t) * M * K, w, y, M, N, K, ldy, stream, /*accumulate=*/t > 0)) return false;
   return true;
 }
 

@@ -90,6 +90,13 @@ class Blas {
   // no algorithm for the shape.
   bool gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int M, int N, int K, int ldy, cudaStream_t stream,
                  bool accumulate = false);
+  // y = x W^T for an fp32 x given as `nterms` bf16 terms (to_bf16_split's hi, lo, lo2: [nterms][M][K] back to
+  // back; one term is a plain gemm_bf16). Up to kStackedRows rows the terms are stacked as the nterms x M rows of
+  // one GEMM (one pass over W) into `parts` ([nterms][M][N]) and added in order (add_parts); past that, one GEMM
+  // per term, each after the first accumulating into y. False when cuBLASLt has no algorithm for a shape.
+  static constexpr int kStackedRows = 64;
+  bool gemm_bf16_terms(const uint16_t* terms, int nterms, const uint16_t* w, float* y, int M, int N, int K, int ldy,
+                       float* parts, cudaStream_t stream);
   // FP8 e4m3 with DeepSeek block scaling: activations 1x128 (x_scales [K/128][M]), weights 128x128
   // (w_scales [ceil(N/128)][ld = round_up(K/128, 4)]). fp32 out. False when unsupported.
   bool gemm_fp8_block(const uint8_t* x, const float* x_scales, const uint8_t* w, const float* w_scales, float* y,

@@ -483,10 +483,10 @@ TEST(CudaGemm, CublasLtBf16AndFp8BlockScaled) {
 }
 
 // An fp32-input linear with BF16 weights as the model runs it past 8 rows (GpuModel::linear, fp32_input): x split
-// into two or three bf16 terms stacked as rows of one cuBLASLt GEMM, the parts added in order (up to 64 rows), or
-// one GEMM per term, each after the first accumulating (past 64). Against the double reference on the fp32 x: the
-// split carries x to 2^-16 (two terms) or 2^-26 (three) of each |x|, plus fp32 accumulation. Shapes: the random test models' router gate (N 8) and
-// head (N 320), V4-Flash's and V4-Pro's router gates, a V4-Flash compressor.
+// into two or three bf16 terms, then Blas::gemm_bf16_terms (stacked as rows of one cuBLASLt GEMM and added in
+// order up to 64 rows, one accumulating GEMM per term past that). Against the double reference on the fp32 x: the
+// split carries x to 2^-16 (two terms) or 2^-26 (three) of each |x|, plus fp32 accumulation. Shapes: the random
+// test models' router gate (N 8) and head (N 320), V4-Flash's and V4-Pro's router gates, a V4-Flash compressor.
 TEST(CudaGemm, Bf16GemmOfFp32InputByStackedSplit) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
@@ -505,15 +505,8 @@ TEST(CudaGemm, Bf16GemmOfFp32InputByStackedSplit) {
                                               nterms == 3 ? terms.data() + 2 * x.size() : nullptr));
       const int ldy = s.N + 8;  // the pad must stay poisoned
       auto y = poisoned<float>(size_t(s.M) * ldy);
-      if (s.M <= 64) {  // the terms stacked as rows of one GEMM, added after
-        ASSERT_TRUE(blas.gemm_bf16(terms.data(), wb.data(), parts.data(), nterms * s.M, s.N, s.K, s.N, nullptr));
-        MOESERVE_CUDA_CHECK(
-            cuda::add_parts(parts.data(), nterms, size_t(s.M) * s.N, s.M, s.N, s.N, y.data(), ldy, nullptr));
-      } else {  // one accumulating GEMM per term
-        for (int t = 0; t < nterms; ++t)
-          ASSERT_TRUE(blas.gemm_bf16(terms.data() + t * x.size(), wb.data(), y.data(), s.M, s.N, s.K, ldy, nullptr,
-                                     /*accumulate=*/t > 0));
-      }
+      ASSERT_TRUE(blas.gemm_bf16_terms(terms.data(), nterms, wb.data(), y.data(), s.M, s.N, s.K, ldy,
+                                       s.M <= cuda::Blas::kStackedRows ? parts.data() : nullptr, nullptr));
       MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
       const auto got = host(y);
       std::vector<float> rows(size_t(s.M) * s.N), want(rows.size()), tol(rows.size());
