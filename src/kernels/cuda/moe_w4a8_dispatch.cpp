@@ -37,7 +37,7 @@ int heuristic(int rows) {
                      : rows <= 16 ? "bn16_wg1_g2_s4"
                      : rows <= 32 ? "bn32_wg2_g2_s7"
                      : rows <= 64 ? "bn64_wg2_g1_s8"
-                                  : "bn128_wg2_g1_s5";
+                                  : "bn128_wg2_g1_s5_pf";
   return config_by_name(name);
 }
 

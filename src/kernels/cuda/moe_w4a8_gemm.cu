@@ -111,7 +111,7 @@ __device__ __forceinline__ int expert_of_item(const int* item_start, int E, int 
   return lo;
 }
 
-template <int BN_, int WG_, int G_, int S_, int MINB_>
+template <int BN_, int WG_, int G_, int S_, int MINB_, bool PF_ = (BN_ <= 64)>
 struct Cfg {
   static constexpr int BN = BN_, WG = WG_, G = G_, S = S_, MINB = MINB_;
   // Two consumer warpgroups: a whole producer warpgroup, so that setmaxnreg can move registers to the
@@ -139,9 +139,10 @@ struct Cfg {
   static constexpr int kSmemBytes = 1024 /*align slack*/ + S * kStageBytes + kStagingBytes + kBarBytes + kSchedBytes;
   static_assert(BN % 8 == 0 && BN <= 128, "wgmma N");
   static_assert(kConsumerRegs >= 24 && kProducerRegs >= 24 && kEntryRegs >= 24, "register split");
-  // Convert the next group while the current group's wgmmas run (a second A-fragment set in registers);
-  // off for the widest token tile, where the two consumer warpgroups overlap each other instead.
-  static constexpr bool kPrefetch = BN <= 64;
+  // Convert the next group while the current group's wgmmas run (a second A-fragment set in registers). On by
+  // default up to 64 tokens; the "_pf" configs turn it on at 128 (168 registers, no spill), which made every
+  // prefill shape 8-23 % faster on the H200 (docs/benchmarks/moe-w4a8.md, eleventh session).
+  static constexpr bool kPrefetch = PF_;
   static_assert(kSmemBytes <= 232448, "shared memory");
 };
 
@@ -628,7 +629,10 @@ const Launcher kLaunchers[] = {
     make_launcher<Cfg<8, 1, 2, 5, 3>>("bn8_wg1_g2_s5"),    make_launcher<Cfg<16, 1, 2, 4, 3>>("bn16_wg1_g2_s4"),
     make_launcher<Cfg<32, 1, 2, 5, 2>>("bn32_wg1_g2_s5"),  make_launcher<Cfg<16, 2, 2, 8, 1>>("bn16_wg2_g2_s8"),
     make_launcher<Cfg<32, 2, 2, 7, 1>>("bn32_wg2_g2_s7"),  make_launcher<Cfg<64, 2, 1, 8, 1>>("bn64_wg2_g1_s8"),
-    make_launcher<Cfg<128, 2, 1, 5, 1>>("bn128_wg2_g1_s5"),
+    // Prefill: 128 tokens, the next group converted during the current wgmmas (without that, the eleventh
+    // session's sweep measured every prefill shape 8-23 % slower).
+    make_launcher<Cfg<128, 2, 1, 5, 1, true>>("bn128_wg2_g1_s5_pf"),
+    make_launcher<Cfg<128, 2, 1, 4, 1, true>>("bn128_wg2_g1_s4_pf"),
     // More warps in flight per SM for decode (ncu: 21 % occupancy at 3 CTAs of one consumer warpgroup).
     // (5 CTAs of bn8_wg1 would need <= 72 registers and spill.)
     make_launcher<Cfg<8, 1, 2, 4, 4>>("bn8_wg1_g2_s4_m4"), make_launcher<Cfg<8, 2, 2, 4, 2>>("bn8_wg2_g2_s4"),
