@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(C::kThreads) gemm_bf16_fp8w_skinny_kernel(cons
   constexpr uint32_t kTx = uint32_t(C::kWBytes + 2 * C::kHalfBytes);
 
   init_stage_barriers<S>(full_bar, empty_bar, 4);
+  __syncthreads();
 
   if (warp == 4) {
     // ------------------------------ producer ------------------------------

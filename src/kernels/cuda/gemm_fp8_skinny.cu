@@ -69,6 +69,7 @@ __global__ void __launch_bounds__(C::kThreads) gemm_fp8_skinny_kernel(const __gr
   constexpr uint32_t kTx = uint32_t(C::kWBytes + C::kABytes);
 
   init_stage_barriers<S>(full_bar, empty_bar, 4 * WG);
+  __syncthreads();
   // The problem: dense, or (grouped) the routing's group blockIdx.z, known only after pdl_wait.
   const bool grouped = p.g_count != nullptr;
   int M = p.M, xrow0 = 0, wrow0 = 0;

@@ -71,6 +71,20 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   return v;
 }
 __device__ __forceinline__ float lds_f32(uint32_t addr) { return __uint_as_float(lds32(addr)); }
+// Thread 0 initializes S full barriers (one arrival: the producer's, plus the TMA bytes) and S empty barriers (one
+// arrival per consumer warp) and fences them for the async proxy; the caller synchronizes the block before any
+// other thread uses them.
+template <int S>
+__device__ __forceinline__ void init_stage_barriers(uint64_t* full, uint64_t* empty, int consumer_warps) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], uint32_t(consumer_warps));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }

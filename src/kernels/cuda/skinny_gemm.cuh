@@ -1,8 +1,9 @@
 #pragma once
-// Pieces shared by the skinny tensor-core GEMMs (gemm_fp8_skinny.cu, gemm_bf16_fp8w_skinny.cu): the stage
-// barriers, the swap-AB accumulator store, the one-time shared-memory opt-in, and the K splits (weights of few
-// rows give few CTAs, so K is split over more of them into a workspace of fp32 partial products, which a second
-// launch adds in split order: the result does not depend on scheduling).
+// Pieces shared by the skinny tensor-core GEMMs (gemm_fp8_skinny.cu, gemm_bf16_fp8w_skinny.cu): the producer's
+// stage ring (its barriers: hopper.cuh init_stage_barriers), the swap-AB accumulator store, the one-time
+// shared-memory opt-in, and the K splits (weights of few rows give few CTAs, so K is split over more of them into a
+// workspace of fp32 partial products, which a second launch adds in split order: the result does not depend on
+// scheduling).
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -30,21 +31,6 @@ inline int skinny_k_splits(int ctas, int groups) {
 }
 
 namespace {
-
-// Thread 0 initializes S full barriers (one arrival: the producer's, plus the TMA bytes) and S empty barriers (one
-// arrival per consumer warp); then the block synchronizes.
-template <int S>
-__device__ __forceinline__ void init_stage_barriers(uint64_t* full, uint64_t* empty, int consumer_warps) {
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
-      hopper::mbar_init(&full[s], 1);
-      hopper::mbar_init(&empty[s], uint32_t(consumer_warps));
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  }
-  __syncthreads();
-}
 
 // The producer thread's stage ring: the first min(NG, S) stages' weights are requested before pdl_wait (weights
 // are never written by kernels; fresh stages need no empty wait), then for each group g the weights of a later
