@@ -462,33 +462,24 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
       // the terms are stacked as rows of one GEMM (one pass over the weight: the head's is 1 GB; gemm_bf16_terms).
       const int terms = fp32_input ? bf16_terms_ : 1;
       const size_t term = size_t(M) * K;
-      if (tmp_bf16_n_ < term * terms) {
-        tmp_bf16_ = static_cast<uint16_t*>(bufs_[101].get(term * terms * 2, &generation_));
-        tmp_bf16_n_ = term * terms;
-      }
+      auto* xb = static_cast<uint16_t*>(bufs_[101].get(term * terms * 2, &generation_));
       if (terms > 1)
-        MOESERVE_CUDA_CHECK(cuda::to_bf16_split(xin, M, K, ld, tmp_bf16_, tmp_bf16_ + term, st,
-                                                terms == 3 ? tmp_bf16_ + 2 * term : nullptr));
+        MOESERVE_CUDA_CHECK(
+            cuda::to_bf16_split(xin, M, K, ld, xb, xb + term, st, terms == 3 ? xb + 2 * term : nullptr));
       else
-        MOESERVE_CUDA_CHECK(cuda::to_bf16(xin, M, K, ld, tmp_bf16_, st));
+        MOESERVE_CUDA_CHECK(cuda::to_bf16(xin, M, K, ld, xb, st));
       float* parts = terms > 1 && M <= cuda::Blas::kStackedRows
                          ? static_cast<float*>(bufs_[109].get(size_t(terms) * M * v.N * 4, &generation_))
                          : nullptr;
-      if (blas_.gemm_bf16_terms(tmp_bf16_, terms, static_cast<const uint16_t*>(v.w), y, M, v.N, K, ldy, parts, st)) {
+      if (blas_.gemm_bf16_terms(xb, terms, static_cast<const uint16_t*>(v.w), y, M, v.N, K, ldy, parts, st)) {
         lt_done();
         return;
       }
     } else if (fp8_lt_ && v.blk_scale && K % 128 == 0 && ldx % 4 == 0) {
-      if (tmp_u8_n_ < size_t(M) * K) {
-        tmp_u8_ = static_cast<uint8_t*>(bufs_[102].get(size_t(M) * K, &generation_));
-        tmp_u8_n_ = size_t(M) * K;
-      }
-      if (tmp_scale_n_ < size_t(M) * (K / 128)) {
-        tmp_scale_ = static_cast<float*>(bufs_[103].get(size_t(M) * (K / 128) * 4, &generation_));
-        tmp_scale_n_ = size_t(M) * (K / 128);
-      }
-      MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(x, M, K, ldx, tmp_u8_, tmp_scale_, st));
-      if (blas_.gemm_fp8_block(tmp_u8_, tmp_scale_, static_cast<const uint8_t*>(v.w), v.blk_scale, y, M, v.N, K, ldy, st)) {
+      auto* xq = static_cast<uint8_t*>(bufs_[102].get(size_t(M) * K, &generation_));
+      auto* xs = static_cast<float*>(bufs_[103].get(size_t(M) * (K / 128) * 4, &generation_));
+      MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(x, M, K, ldx, xq, xs, st));
+      if (blas_.gemm_fp8_block(xq, xs, static_cast<const uint8_t*>(v.w), v.blk_scale, y, M, v.N, K, ldy, st)) {
         lt_done();
         return;
       }

@@ -176,11 +176,6 @@ class GpuModel {
   size_t meta_ints_ = 0;
   int64_t rows_ = 0;
   int attn_splits_max_ = 1;
-  // Linear temporaries.
-  size_t tmp_bf16_n_ = 0, tmp_u8_n_ = 0, tmp_scale_n_ = 0;
-  uint16_t* tmp_bf16_ = nullptr;
-  uint8_t* tmp_u8_ = nullptr;
-  float* tmp_scale_ = nullptr;
   // Pinned staging of the batch layout.
   int* pinned_ = nullptr;
   size_t pinned_ints_ = 0;
