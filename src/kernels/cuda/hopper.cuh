@@ -58,6 +58,12 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");  // non-.aligned: safe after divergence
 }
+// The value unchanged, but opaque to the compiler's arithmetic (it cannot re-associate through it).
+__device__ __forceinline__ uint32_t opaque_u32(uint32_t v) {
+  uint32_t r;
+  asm("mov.b32 %0, %1;" : "=r"(r) : "r"(v));
+  return r;
+}
 // Shared-memory loads by 32-bit shared address (generic pointers cost 64-bit address arithmetic per load).
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   uint4 v;
