@@ -387,25 +387,13 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     return stages_addr + gr.stage * C::kStageBytes + C::kActBytes + 4 * (gr.gin * C::kSaPitch + sa_off);
   };
 
-  // acc += tmp * sa[token] (fast groups: the row factor is applied in the epilogue)
-  // The thread's first scale address, hidden from the compiler (opaque_u32): the loads then take immediate offsets
+  // acc += tmp * s_row * sa[token]: s_row = 2^(e_j - R) for a wide group's block (rows r0, r0 + 8), 1 for fast
+  // groups (the row factor is applied in the epilogue; the compiler drops the exact multiplications by 1).
+  // The thread's first scale address is hidden from the compiler (opaque_u32), so the loads take immediate offsets
   // 32 i and 32 i + 4. Written as sa + 4 (8 i + 2 t4), it was folded to sa + (8 t4 | 32 i), two integer ops per
   // column pair (an OR and an add per i, 32 per group) that the loads' offsets can absorb.
-  auto thread_scales = [&](uint32_t sa) { return opaque_u32(sa + 8 * t4); };
-  auto promote = [&](uint32_t sa) {
-    const uint32_t st = thread_scales(sa);
-#pragma unroll
-    for (int i = 0; i < BN / 8; ++i) {
-      const float2 sc = make_float2(lds_f32(st + 32 * i), lds_f32(st + 32 * i + 4));
-      acc[4 * i + 0] = fmaf(tmp[4 * i + 0], sc.x, acc[4 * i + 0]);
-      acc[4 * i + 1] = fmaf(tmp[4 * i + 1], sc.y, acc[4 * i + 1]);
-      acc[4 * i + 2] = fmaf(tmp[4 * i + 2], sc.x, acc[4 * i + 2]);
-      acc[4 * i + 3] = fmaf(tmp[4 * i + 3], sc.y, acc[4 * i + 3]);
-    }
-  };
-  // acc += tmp * s_row * sa[token] (a wide group's block, s_row = 2^(e_j - R))
   auto promote_scaled = [&](uint32_t sa, float s0, float s1) {
-    const uint32_t st = thread_scales(sa);
+    const uint32_t st = opaque_u32(sa + 8 * t4);
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i) {
       const float2 sc = make_float2(lds_f32(st + 32 * i), lds_f32(st + 32 * i + 4));
@@ -415,6 +403,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       acc[4 * i + 3] = fmaf(tmp[4 * i + 3], s1 * sc.y, acc[4 * i + 3]);
     }
   };
+  auto promote = [&](uint32_t sa) { promote_scaled(sa, 1.0f, 1.0f); };
 
   // Issue the group's MMAs. Fast groups: 4 async wgmmas (caller waits and promotes). Wide groups: each
   // 32-block on its own, waited and promoted here.
