@@ -17,8 +17,9 @@ for lib in libspdlog.so.1.10 libfmt.so.9 libpcre2-8.so.0 libcpp-httplib.so.0.11 
            libbrotlicommon.so.1 libdw.so.1 libelf.so.1; do  # libdw/libelf: nsys's QdstrmImporter (device-profile.sh)
   cp -L "/lib/x86_64-linux-gnu/$lib" .device-bin/
 done
-# BASELINE=COMMIT: also bench_gpu_ops_base, bench_gpu_ops built with COMMIT's src/ (for scripts/device-ab.sh's
-# NAME@bench_gpu_ops_base), in the same build tree so that ccache serves the unchanged files; src/ is restored after.
+# BASELINE=COMMIT: also bench_gpu_ops_base and bench_gpu_moe_w4a8_base, built with COMMIT's src/ (for
+# scripts/device-ab.sh's NAME@bench_gpu_ops_base, and kernel A/B runs), in the same build tree so that ccache
+# serves the unchanged files; src/ is restored after.
 if [ -n "${BASELINE:-}" ]; then
   saved=$(mktemp -d)
   cp -a src "$saved/"
@@ -28,8 +29,9 @@ if [ -n "${BASELINE:-}" ]; then
   trap 'rm -rf src && cp -a "$saved/src" . && rm -rf "$saved"; for f in $changed; do touch -c "$f"; done' EXIT
   rm -rf src && git archive "$BASELINE" src | tar x
   for f in $changed; do touch -c "$f"; done  # archive times are the commit's: older than the objects
-  cmake --build "$BUILD" -j"$(nproc)" --target bench_gpu_ops
+  cmake --build "$BUILD" -j"$(nproc)" --target bench_gpu_ops bench_gpu_moe_w4a8
   cp "$BUILD/bench_gpu_ops" .device-bin/bench_gpu_ops_base
+  cp "$BUILD/bench_gpu_moe_w4a8" .device-bin/bench_gpu_moe_w4a8_base
   rm -rf src && cp -a "$saved/src" . && rm -rf "$saved"
   trap - EXIT
   # The restored files keep their times, older than the baseline's objects: touch those that differ, so that

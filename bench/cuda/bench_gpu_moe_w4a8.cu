@@ -26,9 +26,10 @@
 // decode bandwidth counts its own bytes (both byte counts per expert are printed per shape); its prefill TFLOP/s
 // counts the same useful FLOPs (rows it pads are not counted). Its output is fp32 (the wrapper's), W4A8's bf16.
 // Where cuBLASLt has no algorithm for an expert's row count n, the peer pads n to 16, then 128 rows, and says so.
-// Row-count buckets for the tuner come from top-6 routing of uniform and Zipf(1.1) token->expert distributions,
-// and with --routing FILE from a recorded run's load shares (no V4 run has been recorded yet: the demo model's
-// is the only one available here).
+// The dispatch table's keys are routed slots (tokens x 6): one entry per token count the tuner times (decode
+// 1, 2, 4, ..., 256 unless --decode says otherwise; prefill 4K, 16K, 32K), each the config fastest over top-6
+// routing of uniform and Zipf(1.1) token->expert distributions, and with --routing FILE a recorded run's load
+// shares (no V4 run has been recorded yet: the demo model's is the only one available here).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -349,13 +350,6 @@ struct Result {
                                                // W4A8 time / peer time (0: n/a)
 };
 
-int bucket_of(int expected) {
-  static const int b[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
-  for (int x : b)
-    if (expected <= x) return x;
-  return INT_MAX;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -433,11 +427,12 @@ int main(int argc, char** argv) {
     decode_T = {64};
     prefill_T = {16384};
   }
+  if (sweep) decode_T = {1, 2, 4, 8, 16, 32, 64, 128, 256};  // every power of two: each is a dispatch key
   if (!decode_list.empty()) decode_T = parse_counts(decode_list);
   if (!prefill_list.empty()) prefill_T = parse_counts(prefill_list);
   const int R = 8;  // decode routings rotated per timing batch
   std::vector<Result> results;
-  // tuning: per (shape, bucket, config) summed relative time
+  // tuning: per (shape, routed slots, config) summed relative time over the routings
   std::map<std::pair<std::string, int>, std::vector<double>> tune_acc;
 
   for (const Shape& sh : kShapes) {
@@ -476,7 +471,7 @@ int main(int argc, char** argv) {
         fill_bytes(a, size_t(rows) * K, 5 + T, 0xbf);
         fill_float(sa, size_t(K / 128) * sa_ld, 0.125f);
         cuda::MoeW4A8Input in{a, sa, rows, sa_ld};
-        const int expected = std::max(1, (T * kTopk + E - 1) / E);
+        const int slots = T * kTopk;  // the dispatch key (moe_w4a8_pick_config)
         for (size_t rk = 0; rk < routings.size(); ++rk) {
           const char* routing = routings[rk].c_str();
           const std::vector<double> weights = routing_weights(routings[rk], E);
@@ -515,21 +510,21 @@ int main(int argc, char** argv) {
             return time_calls(
                 [&](int i, cudaStream_t st) {
                   cudaError_t err = decode ? cuda::moe_grouped_gemm_w4a8_masked(W, in, dcounts[i % nsets], cap, y,
-                                                                               cuda::MoeOutType::BF16, expected, cfg, st)
+                                                                               cuda::MoeOutType::BF16, slots, cfg, st)
                                            : cuda::moe_grouped_gemm_w4a8_contiguous(W, in, dcounts[i % nsets], y,
-                                                                                   cuda::MoeOutType::BF16, expected, cfg, st);
+                                                                                   cuda::MoeOutType::BF16, slots, cfg, st);
                   CK(err);
                 },
                 batch, reps, stream);
           };
-          const int pick = cuda::moe_w4a8_pick_config(E, N, K, expected);
+          const int pick = cuda::moe_w4a8_pick_config(E, N, K, slots);
           if (profile) {  // one plain launch of each kernel, for ncu
             if (rk == 0) {
               if (!peer_only)
                 CK(decode ? cuda::moe_grouped_gemm_w4a8_masked(W, in, dcounts[0], cap, y, cuda::MoeOutType::BF16,
-                                                                expected, pick, stream)
+                                                                slots, pick, stream)
                           : cuda::moe_grouped_gemm_w4a8_contiguous(W, in, dcounts[0], y, cuda::MoeOutType::BF16,
-                                                                    expected, pick, stream));
+                                                                    slots, pick, stream));
               if (lt.usable()) lt.enqueue(sets[0], N, K, w8, wscale, pb, true, stream, nullptr);
               CK(cudaStreamSynchronize(stream));
               std::printf("profile: %s %s T=%d config %s\n", sh.name, decode ? "decode" : "prefill", T,
@@ -565,7 +560,7 @@ int main(int argc, char** argv) {
               if (t[c] < 1e29) line += std::string(" ") + cuda::moe_w4a8_config(int(c)).name + "=" + fmt_us(t[c] * 1e3);
             std::printf("  sweep %s %s %s T=%d:%s\n", sh.name, decode ? "decode" : "prefill", routing,
                         T, line.c_str());
-            auto& acc = tune_acc[{sh.name, bucket_of(expected)}];
+            auto& acc = tune_acc[{sh.name, slots}];
             acc.resize(t.size(), 0.0);
             const double best = *std::min_element(t.begin(), t.end());
             for (size_t c = 0; c < t.size(); ++c) acc[c] += std::min(t[c] / best, 100.0);
@@ -687,10 +682,10 @@ int main(int argc, char** argv) {
   if (sweep) {
     std::string table =
         "// Generated by `bench_gpu_moe_w4a8 --tune` (bench/cuda/bench_gpu_moe_w4a8.cu); do not edit by hand.\n"
-        "// {gpu name, E, N, K, largest expected rows per active expert of the bucket, config name}; buckets from\n"
+        "// {gpu name, E, N, K, largest routed slots (tokens x 6) of the entry, config name}: the config fastest over\n"
         "// top-6 routing of uniform and Zipf(1.1) token->expert distributions" +
         std::string(routing_file.empty() ? "" : " and a recorded run's load shares (" + routing_file + ")") +
-        ", expected rows = ceil(6T/E).\n";
+        " at the entry's token count.\n";
     for (const Shape& sh : kShapes) {
       std::vector<std::pair<int, std::string>> rows;
       for (const auto& [key, acc] : tune_acc) {

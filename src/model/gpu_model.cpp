@@ -129,6 +129,16 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
     bf16_terms_ = std::stoi(v);
   }
   if (const char* e = std::getenv("MOESERVE_LT_SYNC"); e && std::string(e) == "1") lt_sync_ = true;
+  if (const char* e = std::getenv("MOESERVE_W4A8_DECODE_CONFIGS")) {
+    std::stringstream list(e);
+    std::string name;
+    for (int g = 0; g < 2; ++g) {
+      check(bool(std::getline(list, name, ':')), "MOESERVE_W4A8_DECODE_CONFIGS='{}': expected W13:W2 config names", e);
+      for (int id = 0; id < cuda::moe_w4a8_config_count(); ++id)
+        if (name == cuda::moe_w4a8_config(id).name) w4a8_decode_cfg_[g] = id;
+      check(w4a8_decode_cfg_[g] >= 0, "MOESERVE_W4A8_DECODE_CONFIGS: no W4A8 config named '{}'", name);
+    }
+  }
   // MOESERVE_FP8_LT=0: FP8 linears past 8 rows take the GEMV (with the FP8 activation simulation) instead of
   // cuBLASLt's block-scaled GEMM (a diagnostic, as MOESERVE_BF16_LT).
   if (const char* e = std::getenv("MOESERVE_FP8_LT"); e && std::string(e) == "0") fp8_lt_ = false;
@@ -867,7 +877,6 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
   cudaStream_t st = stream();
   const int TK = T * K, E = ex.E, D = ex.D, I = ex.I;
   const int sa_ld = (TK + 3) / 4 * 4;
-  const int expected_rows = (TK + E - 1) / E;
   const cuda::MoeW4A8Weights w13 = ex.w13_view(), w2 = ex.w2_view();
   // A decode step's chain: W13's CTAs ask L2 for W2's first stages of their experts' rows once their own loads are
   // issued (the HBM is idle through W13's tail and the SwiGLU launch), and W2 schedules and loads those stages
@@ -891,12 +900,13 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
     MOESERVE_CUDA_CHECK(cuda::moe_gather_quant_f32(x, D, w4_slot_of_row_, TK, K, w4_a_, w4_sa_, sa_ld, st));
   }
   if (after_glue) after_glue();
+  const int cfg13 = decode ? w4a8_decode_cfg_[0] : -1, cfg2 = decode ? w4a8_decode_cfg_[1] : -1;
   MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(w13, {w4_a_, w4_sa_, TK, sa_ld}, w4_counts_, h13_,
-                                                             cuda::MoeOutType::F32, expected_rows, -1, st, c13));
+                                                             cuda::MoeOutType::F32, TK, cfg13, st, c13));
   MOESERVE_CUDA_CHECK(
       cuda::moe_swiglu_quant_f32(h13_, I, w4_slot_of_row_, TK, route_w_, limit, w4_a_, w4_sa_, sa_ld, st));
   MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(w2, {w4_a_, w4_sa_, TK, sa_ld}, w4_counts_, ye_,
-                                                             cuda::MoeOutType::F32, expected_rows, -1, st, c2));
+                                                             cuda::MoeOutType::F32, TK, cfg2, st, c2));
 }
 
 // Decode-sized steps fuse each hc_post with the following hc_mix_partial (the next sublayer's, or the next

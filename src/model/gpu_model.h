@@ -150,6 +150,9 @@ class GpuModel {
   // A one-token step's shared expert forks off the main stream after the MXFP4 routing glue, not before the
   // router (MOESERVE_SHARED_AT=router keeps it before, for A/B runs).
   bool shared_after_glue_ = true;
+  // MOESERVE_W4A8_DECODE_CONFIGS=W13:W2 (config names, kernels/cuda/moe_w4a8.h): the decode chain's GEMM configs
+  // instead of the dispatch table's (A/B runs); -1: the table.
+  int w4a8_decode_cfg_[2] = {-1, -1};
   static bool skinny_fp8_preferred(int M, int N, int K);
 
   // Workspace (grow-only; a growth invalidates captured graphs).

@@ -50,9 +50,13 @@ const MoeW4A8Config& moe_w4a8_config(int id);
 // Whether config `id` runs N x K experts (its stage divides K's 128-groups, its weight rows divide N);
 // the GEMM calls return cudaErrorInvalidValue otherwise.
 bool moe_w4a8_config_fits(int id, int N, int K);
-// Config from the checked-in dispatch table (kernels/cuda/moe_w4a8_dispatch.cpp) for a shape and the
-// expected rows per active expert; a heuristic when the table has no entry.
-int moe_w4a8_pick_config(int E, int N, int K, int expected_rows_per_expert);
+// Config from the checked-in dispatch table (kernels/cuda/moe_w4a8_dispatch.cpp) for a shape and the step's
+// routed slots (tokens x top-k); a heuristic when the table has no entry. Slots, not rows per active expert: one
+// token and 32 both give about one row per active expert, but 384 work items against ~9000, which want different
+// tiles (the V4-Flash layer at 32 tokens: 23 us apart, docs/benchmarks/cuda-ops.md, thirteenth session).
+int moe_w4a8_pick_config(int E, int N, int K, int slots);
+// The same for a GPU by name (moe_w4a8_pick_config passes the current device's; tests read the table without one).
+int moe_w4a8_pick_config_for(const char* gpu, int E, int N, int K, int slots);
 
 // How a GEMM sits in the decode chain (all optional; none changes the results):
 //  - prefetch_next: after its last work items' weight loads, each CTA asks L2 for the first prefix_bytes of the
@@ -71,13 +75,14 @@ struct MoeW4A8Chain {
 unsigned moe_w4a8_prefetch_prefix(int N, int K, int slots, size_t budget);
 
 // y[row][n] for the rows of every expert (contiguous layout: expert e owns rows from the prefix sum of
-// counts). y: [in.rows][N], bf16 or fp32; rows of no expert are not written. config = -1: dispatch table.
+// counts). y: [in.rows][N], bf16 or fp32; rows of no expert are not written. config = -1: the dispatch table's
+// for `slots` (moe_w4a8_pick_config).
 cudaError_t moe_grouped_gemm_w4a8_contiguous(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
-                                             void* y, MoeOutType out, int expected_rows_per_expert, int config,
+                                             void* y, MoeOutType out, int slots, int config,
                                              cudaStream_t stream, const MoeW4A8Chain& chain = {});
 // Masked layout: expert e owns rows [e*cap, e*cap + min(counts[e], cap)). Fixed launch shape.
 cudaError_t moe_grouped_gemm_w4a8_masked(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
-                                         int cap, void* y, MoeOutType out, int expected_rows_per_expert, int config,
+                                         int cap, void* y, MoeOutType out, int slots, int config,
                                          cudaStream_t stream, const MoeW4A8Chain& chain = {});
 
 // Random packed experts (performance work, --load-format dummy): E experts of [N, K], uniform e2m1 codes,

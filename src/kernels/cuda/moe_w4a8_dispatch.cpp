@@ -1,6 +1,8 @@
 // The checked-in tile-config dispatch table of the W4A8 grouped GEMM (no tuning at serve time).
-// Keyed by (GPU name, E, N, K, expected rows per active expert); the rows buckets come from top-6 routing of
-// uniform and Zipf token->expert distributions (the tuner's --tune mode; see docs/benchmarks/moe-w4a8.md).
+// Keyed by (GPU name, E, N, K, routed slots = tokens x top-k): each entry covers the slots up to its own, the token
+// counts the tuner timed (its --tune mode, with top-6 routing of uniform and Zipf token->expert distributions;
+// see docs/benchmarks/moe-w4a8.md).
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <string>
@@ -15,7 +17,7 @@ namespace {
 struct Entry {
   const char* gpu;
   int E, N, K;
-  int max_rows;  // bucket: expected rows per active expert <= max_rows (INT32_MAX for the last)
+  int max_slots;  // bucket: routed slots <= max_slots (INT_MAX for the last)
   const char* config;
 };
 
@@ -30,8 +32,9 @@ int config_by_name(const char* name) {
   return -1;
 }
 
-// Without a table entry: one consumer warpgroup and small token tiles while the experts see few rows
-// (decode: weight-bandwidth bound, fine work items), two warpgroups and wide token tiles for prefill.
+// Without a table entry, by the expected rows per active expert: one consumer warpgroup and small token tiles
+// while the experts see few rows (decode: weight-bandwidth bound, fine work items), two warpgroups and wide token
+// tiles for prefill.
 int heuristic(int rows) {
   const char* name = rows <= 8 ? "bn8_wg1_g2_s5"
                      : rows <= 16 ? "bn16_wg1_g2_s4"
@@ -43,16 +46,19 @@ int heuristic(int rows) {
 
 }  // namespace
 
-int moe_w4a8_pick_config(int E, int N, int K, int expected_rows) {
-  const std::string& gpu = device_info().name;
+int moe_w4a8_pick_config(int E, int N, int K, int slots) {
+  return moe_w4a8_pick_config_for(device_info().name.c_str(), E, N, K, slots);
+}
+
+int moe_w4a8_pick_config_for(const char* gpu, int E, int N, int K, int slots) {
   for (const Entry& e : kTable) {
     if (!e.gpu) break;
-    if (gpu == e.gpu && e.E == E && e.N == N && e.K == K && expected_rows <= e.max_rows) {
+    if (std::strcmp(gpu, e.gpu) == 0 && e.E == E && e.N == N && e.K == K && slots <= e.max_slots) {
       int id = config_by_name(e.config);
       if (id >= 0 && moe_w4a8_config_fits(id, N, K)) return id;
     }
   }
-  return heuristic(expected_rows);
+  return heuristic(E > 0 ? std::max(1, (slots + E - 1) / E) : 1);
 }
 
 }  // namespace moeserve::cuda

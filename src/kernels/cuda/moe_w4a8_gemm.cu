@@ -629,12 +629,12 @@ const Launcher kLaunchers[] = {
 constexpr int kNumConfigs = int(sizeof(kLaunchers) / sizeof(kLaunchers[0]));
 
 cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts, int cap, void* y,
-                     MoeOutType out, int expected_m, int config, cudaStream_t stream, const MoeW4A8Chain& chain) {
+                     MoeOutType out, int slots, int config, cudaStream_t stream, const MoeW4A8Chain& chain) {
   if (w.E <= 0 || w.E > kMaxExperts || w.N % 128 != 0 || w.K % 256 != 0 || !w.packed || !w.wide_flags ||
       !in.a || !in.sa || !counts || !y || in.rows <= 0 || in.sa_ld < in.rows || in.sa_ld % 4 != 0 ||
       reinterpret_cast<uintptr_t>(in.a) % 16 != 0 || reinterpret_cast<uintptr_t>(in.sa) % 16 != 0)
     return cudaErrorInvalidValue;
-  if (config < 0) config = moe_w4a8_pick_config(w.E, w.N, w.K, expected_m);
+  if (config < 0) config = moe_w4a8_pick_config(w.E, w.N, w.K, slots);
   if (config < 0 || config >= kNumConfigs) return cudaErrorInvalidValue;
   if (!moe_w4a8_config_fits(config, w.N, w.K)) return cudaErrorInvalidValue;
   const Launcher& l = kLaunchers[config];
@@ -685,16 +685,16 @@ bool moe_w4a8_config_fits(int id, int N, int K) {
 }
 
 cudaError_t moe_grouped_gemm_w4a8_contiguous(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
-                                             void* y, MoeOutType out, int expected_m, int config,
+                                             void* y, MoeOutType out, int slots, int config,
                                              cudaStream_t stream, const MoeW4A8Chain& chain) {
-  return run_gemm(w, in, counts, 0, y, out, expected_m, config, stream, chain);
+  return run_gemm(w, in, counts, 0, y, out, slots, config, stream, chain);
 }
 
 cudaError_t moe_grouped_gemm_w4a8_masked(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
-                                         int cap, void* y, MoeOutType out, int expected_m, int config,
+                                         int cap, void* y, MoeOutType out, int slots, int config,
                                          cudaStream_t stream, const MoeW4A8Chain& chain) {
   if (cap <= 0 || int64_t(cap) * w.E > in.rows) return cudaErrorInvalidValue;
-  return run_gemm(w, in, counts, cap, y, out, expected_m, config, stream, chain);
+  return run_gemm(w, in, counts, cap, y, out, slots, config, stream, chain);
 }
 
 }  // namespace moeserve::cuda

@@ -371,6 +371,26 @@ TEST(MoeW4A8Gpu, ConfigFitsRefusesShapesItCannotRun) {
             cudaErrorInvalidValue);
 }
 
+// The dispatch table, read without a GPU: on the H200 every V4 shape and step size gets a config that runs the
+// shape, with decode-sized token tiles up to 256 tokens and the prefill tiles from 4K; a GPU without entries falls
+// back to the heuristic by rows per active expert (slots / E).
+TEST(MoeW4A8Gpu, DispatchTableByRoutedSlots) {
+  const int shapes[][3] = {{384, 6144, 7168}, {384, 7168, 3072}, {256, 4096, 4096}, {256, 4096, 2048}};
+  for (const auto& sh : shapes)
+    for (int T = 1; T <= 32768; T = T < 64 ? T + 1 : T * 2) {
+      const int id = cuda::moe_w4a8_pick_config_for("NVIDIA H200", sh[0], sh[1], sh[2], 6 * T);
+      ASSERT_GE(id, 0);
+      const cuda::MoeW4A8Config& c = cuda::moe_w4a8_config(id);
+      EXPECT_TRUE(cuda::moe_w4a8_config_fits(id, sh[1], sh[2])) << c.name << " T " << T;
+      if (T <= 256) EXPECT_LE(c.block_tokens, 32) << c.name << " T " << T << " N " << sh[1];
+      if (T >= 4096) EXPECT_EQ(c.block_tokens, 128) << c.name << " T " << T << " N " << sh[1];
+    }
+  auto name = [](int id) { return std::string(cuda::moe_w4a8_config(id).name); };
+  EXPECT_EQ(name(cuda::moe_w4a8_pick_config_for("other GPU", 256, 4096, 4096, 6)), "bn8_wg1_g2_s5");
+  EXPECT_EQ(name(cuda::moe_w4a8_pick_config_for("other GPU", 256, 4096, 4096, 6 * 600)), "bn16_wg1_g2_s4");
+  EXPECT_EQ(name(cuda::moe_w4a8_pick_config_for("other GPU", 256, 4096, 4096, 6 * 4096)), "bn128_wg2_g1_s5_pf");
+}
+
 TEST(MoeW4A8Gpu, GemmProW13) {
   SKIP_WITHOUT_GPU();
   check_gemm("pro_w13", 6, 6144, 7168, {0, 1, 5, 33, 0, 17}, 0);
