@@ -729,12 +729,12 @@ TEST(MoeW4A8Gpu, DecodeChainIsGraphCapturable) {
     EXPECT_EQ(cuda::moe_route_rows(dids.p, T, topk, E, cap, dcounts.p, dros.p, dsor.p, ws.p, ws.n, stream), cudaSuccess);
     EXPECT_EQ(cuda::moe_gather_quant(dx.p, D, dsor.p, rows, topk, da.p, dsa.p, sa_ld, stream), cudaSuccess);
     EXPECT_EQ(cuda::moe_grouped_gemm_w4a8_masked(W13, {da.p, dsa.p, rows, sa_ld}, dcounts.p, cap, dh.p,
-                                                 cuda::MoeOutType::BF16, T * topk / E, -1, stream),
+                                                 cuda::MoeOutType::BF16, T * topk, -1, stream),
               cudaSuccess);
     EXPECT_EQ(cuda::moe_swiglu_quant(dh.p, I, dsor.p, rows, drw.p, 10.0f, true, da2.p, dsa2.p, sa_ld, stream),
               cudaSuccess);
     EXPECT_EQ(cuda::moe_grouped_gemm_w4a8_masked(W2, {da2.p, dsa2.p, rows, sa_ld}, dcounts.p, cap, dy2.p,
-                                                 cuda::MoeOutType::BF16, T * topk / E, -1, stream),
+                                                 cuda::MoeOutType::BF16, T * topk, -1, stream),
               cudaSuccess);
     EXPECT_EQ(cuda::moe_combine(dy2.p, D, dros.p, dids.p, T, topk, dout.p, stream), cudaSuccess);
   };
