@@ -17,27 +17,40 @@ for lib in libspdlog.so.1.10 libfmt.so.9 libpcre2-8.so.0 libcpp-httplib.so.0.11 
            libbrotlicommon.so.1 libdw.so.1 libelf.so.1; do  # libdw/libelf: nsys's QdstrmImporter (device-profile.sh)
   cp -L "/lib/x86_64-linux-gnu/$lib" .device-bin/
 done
+# build_variant NAME COMMIT DIRS TARGETS: TARGETS built with COMMIT's DIRS and copied into .device-bin as
+# TARGET_NAME. The extracted files get the current time, so every object is rebuilt (ccache serves the unchanged
+# ones) and none built from another version is reused; the tree's DIRS come back afterwards (on any exit, a failed
+# build included), and the files that differ from COMMIT's are touched for the same reason.
+VARIANT_SAVED="" VARIANT_DIRS="" VARIANT_CHANGED=""
+restore_variant() {
+  [ -n "$VARIANT_SAVED" ] || return 0
+  for d in $VARIANT_DIRS; do rm -rf "$d" && cp -a "$VARIANT_SAVED/$d" .; done
+  rm -rf "$VARIANT_SAVED"
+  VARIANT_SAVED=""
+  for f in $VARIANT_CHANGED; do touch -c "$f"; done
+}
+trap restore_variant EXIT
+build_variant() {
+  local name=$1 commit=$2 d t
+  VARIANT_DIRS=$3
+  VARIANT_SAVED=$(mktemp -d)
+  for d in $VARIANT_DIRS; do cp -a "$d" "$VARIANT_SAVED/"; done
+  VARIANT_CHANGED=$(git diff --name-only "$commit" -- $VARIANT_DIRS)
+  for d in $VARIANT_DIRS; do rm -rf "$d"; done
+  git archive "$commit" $VARIANT_DIRS | tar xm  # m: now as mtime, newer than any object of another version
+  cmake --build "$BUILD" -j"$(nproc)" --target $4
+  for t in $4; do cp "$BUILD/$t" ".device-bin/${t}_$name"; done
+  restore_variant
+}
 # BASELINE=COMMIT: also bench_gpu_ops_base and bench_gpu_moe_w4a8_base, built with COMMIT's src/ (for
-# scripts/device-ab.sh's NAME@bench_gpu_ops_base, and kernel A/B runs), in the same build tree so that ccache
-# serves the unchanged files; src/ is restored after.
-if [ -n "${BASELINE:-}" ]; then
-  saved=$(mktemp -d)
-  cp -a src "$saved/"
-  changed=$(git diff --name-only "$BASELINE" -- src)  # the working tree's src/ against COMMIT's
-  # On any exit (a failed baseline build included) the tree's src/ comes back and the files that differ are
-  # touched: objects built from the baseline's files are newer than the restored ones and would be reused.
-  trap 'rm -rf src && cp -a "$saved/src" . && rm -rf "$saved"; for f in $changed; do touch -c "$f"; done' EXIT
-  rm -rf src && git archive "$BASELINE" src | tar x
-  for f in $changed; do touch -c "$f"; done  # archive times are the commit's: older than the objects
-  cmake --build "$BUILD" -j"$(nproc)" --target bench_gpu_ops bench_gpu_moe_w4a8
-  cp "$BUILD/bench_gpu_ops" .device-bin/bench_gpu_ops_base
-  cp "$BUILD/bench_gpu_moe_w4a8" .device-bin/bench_gpu_moe_w4a8_base
-  rm -rf src && cp -a "$saved/src" . && rm -rf "$saved"
-  trap - EXIT
-  # The restored files keep their times, older than the baseline's objects: touch those that differ, so that
-  # the next build recompiles them.
-  for f in $changed; do touch -c "$f"; done
-fi
+# scripts/device-ab.sh's NAME@bench_gpu_ops_base, and kernel A/B runs).
+if [ -n "${BASELINE:-}" ]; then build_variant base "$BASELINE" src "bench_gpu_ops bench_gpu_moe_w4a8"; fi
+# VARIANTS="NAME=COMMIT ...": for each, test_gpu_NAME, bench_gpu_ops_NAME and bench_gpu_moe_w4a8_NAME built with
+# COMMIT's src/, tests/ and bench/ (unmerged branches verified in the same device call: NAME@bench_gpu_ops_NAME in
+# scripts/device-ab.sh).
+for v in ${VARIANTS:-}; do
+  build_variant "${v%%=*}" "${v#*=}" "src tests bench" "test_gpu bench_gpu_ops bench_gpu_moe_w4a8"
+done
 pwd > .device-bin/source_dir  # the binaries read fixtures and models/ under the path they were built in
 tar cJf .device-bin.tar.xz -C .device-bin .
 du -sh .device-bin .device-bin.tar.xz
