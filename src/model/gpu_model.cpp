@@ -134,8 +134,7 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
     std::string name;
     for (int g = 0; g < 2; ++g) {
       check(bool(std::getline(list, name, ':')), "MOESERVE_W4A8_DECODE_CONFIGS='{}': expected W13:W2 config names", e);
-      for (int id = 0; id < cuda::moe_w4a8_config_count(); ++id)
-        if (name == cuda::moe_w4a8_config(id).name) w4a8_decode_cfg_[g] = id;
+      w4a8_decode_cfg_[g] = cuda::moe_w4a8_config_by_name(name.c_str());
       check(w4a8_decode_cfg_[g] >= 0, "MOESERVE_W4A8_DECODE_CONFIGS: no W4A8 config named '{}'", name);
     }
   }

@@ -47,6 +47,8 @@ struct MoeW4A8Config {
 };
 int moe_w4a8_config_count();
 const MoeW4A8Config& moe_w4a8_config(int id);
+// The config named `name`, or -1.
+int moe_w4a8_config_by_name(const char* name);
 // Whether config `id` runs N x K experts (its stage divides K's 128-groups, its weight rows divide N);
 // the GEMM calls return cudaErrorInvalidValue otherwise.
 bool moe_w4a8_config_fits(int id, int N, int K);

@@ -26,12 +26,6 @@ const Entry kTable[] = {
     {nullptr, 0, 0, 0, 0, nullptr},
 };
 
-int config_by_name(const char* name) {
-  for (int i = 0; i < moe_w4a8_config_count(); ++i)
-    if (std::strcmp(moe_w4a8_config(i).name, name) == 0) return i;
-  return -1;
-}
-
 // Without a table entry, by the expected rows per active expert: one consumer warpgroup and small token tiles
 // while the experts see few rows (decode: weight-bandwidth bound, fine work items), two warpgroups and wide token
 // tiles for prefill.
@@ -41,10 +35,16 @@ int heuristic(int rows) {
                      : rows <= 32 ? "bn32_wg2_g2_s7"
                      : rows <= 64 ? "bn64_wg2_g1_s8"
                                   : "bn128_wg2_g1_s5_pf";
-  return config_by_name(name);
+  return moe_w4a8_config_by_name(name);
 }
 
 }  // namespace
+
+int moe_w4a8_config_by_name(const char* name) {
+  for (int i = 0; i < moe_w4a8_config_count(); ++i)
+    if (std::strcmp(moe_w4a8_config(i).name, name) == 0) return i;
+  return -1;
+}
 
 int moe_w4a8_pick_config(int E, int N, int K, int slots) {
   return moe_w4a8_pick_config_for(device_info().name.c_str(), E, N, K, slots);
@@ -54,7 +54,7 @@ int moe_w4a8_pick_config_for(const char* gpu, int E, int N, int K, int slots) {
   for (const Entry& e : kTable) {
     if (!e.gpu) break;
     if (std::strcmp(gpu, e.gpu) == 0 && e.E == E && e.N == N && e.K == K && slots <= e.max_slots) {
-      int id = config_by_name(e.config);
+      int id = moe_w4a8_config_by_name(e.config);
       if (id >= 0 && moe_w4a8_config_fits(id, N, K)) return id;
     }
   }
