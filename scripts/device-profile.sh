@@ -2,8 +2,9 @@
 # On the GPU machine (device tool), after scripts/device-prepare.sh here: profiles for performance work, beside
 # (not part of) device-check. Everything lands under $OUT.
 # Usage: bash scripts/device-profile.sh --prebuilt .device-bin.tar.xz WHAT...
-#   layer                 nsys node-level timeline of the batch-1 4-layer V4-Flash MXFP4 decode graph
-#                         -> layer_trace.csv (read it here with tools/nsys_timeline.py)
+#   layer[@BINARY]        nsys node-level timeline of the batch-1 4-layer V4-Flash MXFP4 decode graph
+#                         -> layer_trace.csv (read it here with tools/nsys_timeline.py); @BINARY: that benchmark
+#                         of the prebuilt set instead of bench_gpu_ops (e.g. a VARIANTS build) -> layer_BINARY_*
 #   w4a8:SHAPE:T          ncu (full sections, SASS source counters) of one W4A8 decode launch at T tokens
 #                         -> w4a8_SHAPE_T.txt (details) and w4a8_SHAPE_T_sass.csv (per-instruction stalls)
 #   ncu:BENCH_ARGS:REGEX  ncu of the first kernel matching REGEX in `bench_gpu_ops BENCH_ARGS` -> ncu_REGEX.txt
@@ -27,17 +28,19 @@ IMPORTER=$(ls "$NSYS_HOME"/linux-desktop-*/QdstrmImporter 2>/dev/null | head -1)
 
 for what in "$@"; do
   case "$what" in
-    layer)
-      rm -f "$OUT"/layer.*
+    layer | layer@*)
+      bench=bench_gpu_ops tag=layer
+      if [[ "$what" == *@* ]]; then bench=${what#*@} tag=layer_$bench; fi
+      rm -f "$OUT/$tag".*
       MOESERVE_PROFILE_LAYER_B=1 "$NSYS" profile --capture-range=cudaProfilerApi --cuda-graph-trace=node \
-        -o "$OUT/layer" -f true "$BIN/bench_gpu_ops" layer >"$OUT/layer_bench.log" 2>&1
-      if [ ! -e "$OUT/layer.nsys-rep" ] && [ -e "$OUT/layer.qdstrm" ]; then
-        "$IMPORTER" -i "$OUT/layer.qdstrm" >"$OUT/layer_import.log" 2>&1
+        -o "$OUT/$tag" -f true "$BIN/$bench" layer >"$OUT/${tag}_bench.log" 2>&1
+      if [ ! -e "$OUT/$tag.nsys-rep" ] && [ -e "$OUT/$tag.qdstrm" ]; then
+        "$IMPORTER" -i "$OUT/$tag.qdstrm" >"$OUT/${tag}_import.log" 2>&1
       fi
-      "$NSYS" stats -q -r cuda_gpu_trace -f csv -o "$OUT/layer_trace" "$OUT/layer.nsys-rep" >"$OUT/layer_stats.log" 2>&1
-      mv -f "$OUT/layer_trace_cuda_gpu_trace.csv" "$OUT/layer_trace.csv" 2>/dev/null
-      rm -f "$OUT"/layer.qdstrm "$OUT"/layer.nsys-rep "$OUT"/layer.sqlite
-      echo "layer: $(wc -l <"$OUT/layer_trace.csv" 2>/dev/null || echo no) trace rows; $(grep -E 'B=1 ' "$OUT/layer_bench.log" | head -2 | tr '\n' ' ')"
+      "$NSYS" stats -q -r cuda_gpu_trace -f csv -o "$OUT/${tag}_trace" "$OUT/$tag.nsys-rep" >"$OUT/${tag}_stats.log" 2>&1
+      mv -f "$OUT/${tag}_trace_cuda_gpu_trace.csv" "$OUT/${tag}_trace.csv" 2>/dev/null
+      rm -f "$OUT/$tag".qdstrm "$OUT/$tag".nsys-rep "$OUT/$tag".sqlite
+      echo "$tag: $(wc -l <"$OUT/${tag}_trace.csv" 2>/dev/null || echo no) trace rows; $(grep -E 'B=1 ' "$OUT/${tag}_bench.log" | head -2 | tr '\n' ' ')"
       ;;
     w4a8:*)
       IFS=: read -r _ shape T <<<"$what"

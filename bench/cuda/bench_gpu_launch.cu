@@ -1,0 +1,180 @@
+// bench_gpu_launch: what one dependent kernel boundary costs on this GPU, the floor under every latency-bound
+// step of a batch-1 decode chain (docs/benchmarks/cuda-ops.md: ~20 dependent launches per V4-Flash layer).
+// A chain of kChain launches, each depending on the one before, is captured in a CUDA graph and replayed; the
+// time per launch is the chain's time / kChain. Variants:
+//   plain / PDL        launched with and without programmatic dependent launch (each kernel waits with
+//                      griddepcontrol.wait, then releases the next with griddepcontrol.launch_dependents);
+//   hop                each kernel reads the value the one before wrote and writes it plus one (a true data
+//                      dependency through memory, as in the decode chain), 1 block or 2 per SM;
+//   in-kernel hops     the same number of dependent L2 round trips inside one kernel (what the boundary adds).
+// The chain's final value is checked (kChain per replay): a wrong count fails the program.
+// Usage: bench_gpu_launch
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace {
+
+constexpr int kChain = 200, kReplays = 5;
+
+#define CHECK(x)                                                                                   \
+  do {                                                                                             \
+    cudaError_t err_ = (x);                                                                        \
+    if (err_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_));   \
+      std::exit(1);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// Nothing but the PDL handshake.
+__global__ void empty_kernel() {
+  pdl_wait();
+  pdl_release();
+}
+
+// Block 0's thread 0 reads the counter the previous kernel wrote and writes it plus one; every other block only
+// takes part in the grid's completion (the boundary waits for all of them).
+__global__ void hop_kernel(unsigned* counter) {
+  pdl_wait();
+  pdl_release();
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    const unsigned v = *reinterpret_cast<volatile unsigned*>(counter);
+    *reinterpret_cast<volatile unsigned*>(counter) = v + 1;
+  }
+}
+
+// `hops` dependent round trips to L2 in one thread: a pointer chase through `next` (read past L1).
+__global__ void chase_kernel(const unsigned* next, int hops, unsigned* out) {
+  unsigned i = 0;
+  for (int h = 0; h < hops; ++h) i = __ldcg(next + i);
+  *out = i;
+}
+
+// kernel<<<blocks, 256, 0, st>>>(args...), with programmatic stream serialization when pdl.
+template <class... Args>
+void launch(void (*kernel)(Args...), int blocks, bool pdl, cudaStream_t st, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(256);
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+// Microseconds per launch of a captured chain of kChain launches (enqueue(st) enqueues one).
+template <class F>
+double per_launch_us(cudaStream_t st, F enqueue) {
+  cudaGraph_t graph;
+  CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kChain; ++i) enqueue(st);
+  CHECK(cudaStreamEndCapture(st, &graph));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, st));  // warm-up
+  CHECK(cudaStreamSynchronize(st));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  CHECK(cudaEventRecord(a, st));
+  for (int r = 0; r < kReplays; ++r) CHECK(cudaGraphLaunch(exec, st));
+  CHECK(cudaEventRecord(b, st));
+  CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, a, b));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  return double(ms) * 1000.0 / (kReplays * kChain);
+}
+
+}  // namespace
+
+int main() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("skipped: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+  std::printf("# bench_gpu_launch on %s (%d SMs): a chain of %d dependent launches in a CUDA graph, %d replays\n",
+              prop.name, sms, kChain, kReplays);
+  cudaStream_t st;
+  CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  unsigned* counter;
+  CHECK(cudaMalloc(&counter, sizeof(unsigned)));
+
+  std::printf("| %-44s | %10s |\n", "chain", "us/launch");
+  double pdl_hop_1 = 0, pdl_hop_wide = 0;
+  for (bool pdl : {false, true}) {
+    for (int blocks : {1, 2 * sms}) {
+      const double us = per_launch_us(st, [&](cudaStream_t s) { launch(empty_kernel, blocks, pdl, s); });
+      std::printf("| empty, %4d blocks of 256, %-17s | %10.2f |\n", blocks, pdl ? "PDL" : "plain", us);
+    }
+    for (int blocks : {1, 2 * sms}) {
+      CHECK(cudaMemset(counter, 0, sizeof(unsigned)));
+      const double us = per_launch_us(st, [&](cudaStream_t s) { launch(hop_kernel, blocks, pdl, s, counter); });
+      unsigned got = 0;
+      CHECK(cudaMemcpy(&got, counter, sizeof(unsigned), cudaMemcpyDeviceToHost));
+      const unsigned want = unsigned(kChain) * (kReplays + 1);
+      if (got != want) {
+        std::fprintf(stderr, "hop chain: counter %u, expected %u (a launch ran before its predecessor finished)\n", got,
+                     want);
+        return 1;
+      }
+      std::printf("| hop through memory, %4d blocks, %-12s | %10.2f |\n", blocks, pdl ? "PDL" : "plain", us);
+      if (pdl) (blocks == 1 ? pdl_hop_1 : pdl_hop_wide) = us;
+    }
+  }
+
+  // The same number of dependent L2 round trips inside one kernel: a random cycle over 4 MB (in L2, past L1).
+  const int words = 1 << 20;
+  unsigned* next;
+  CHECK(cudaMalloc(&next, words * sizeof(unsigned)));
+  {
+    unsigned* h = static_cast<unsigned*>(std::malloc(words * sizeof(unsigned)));
+    unsigned* order = static_cast<unsigned*>(std::malloc(words * sizeof(unsigned)));
+    for (int i = 0; i < words; ++i) order[i] = unsigned(i);
+    unsigned long long x = 88172645463325252ull;
+    for (int i = words - 1; i > 0; --i) {  // Fisher-Yates with xorshift
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      const int j = int(x % unsigned(i + 1));
+      const unsigned t = order[i];
+      order[i] = order[j], order[j] = t;
+    }
+    for (int i = 0; i < words; ++i) h[order[i]] = order[(i + 1) % words];
+    CHECK(cudaMemcpy(next, h, words * sizeof(unsigned), cudaMemcpyHostToDevice));
+    std::free(h);
+    std::free(order);
+  }
+  chase_kernel<<<1, 1, 0, st>>>(next, words, counter);  // warm the L2 with the whole cycle
+  CHECK(cudaStreamSynchronize(st));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  const int hops = kChain * 20;
+  CHECK(cudaEventRecord(a, st));
+  chase_kernel<<<1, 1, 0, st>>>(next, hops, counter);
+  CHECK(cudaEventRecord(b, st));
+  CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, a, b));
+  const double hop_us = double(ms) * 1000.0 / hops;
+  std::printf("| one dependent L2 round trip inside a kernel          | %10.3f |\n", hop_us);
+  std::printf("launch: dependent kernel boundary %.2f us (PDL, 1 block), %.2f us (PDL, %d blocks); L2 round trip %.2f us\n",
+              pdl_hop_1, pdl_hop_wide, 2 * sms, hop_us);
+  CHECK(cudaFree(next));
+  CHECK(cudaFree(counter));
+  CHECK(cudaStreamDestroy(st));
+  return 0;
+}
