@@ -132,7 +132,7 @@ int main() {
                      want);
         return 1;
       }
-      std::printf("| hop through memory, %4d blocks, %-12s | %10.2f |\n", blocks, pdl ? "PDL" : "plain", us);
+      std::printf("| hop through memory, %4d blocks, %-11s | %10.2f |\n", blocks, pdl ? "PDL" : "plain", us);
       if (pdl) (blocks == 1 ? pdl_hop_1 : pdl_hop_wide) = us;
     }
   }
@@ -170,7 +170,7 @@ int main() {
   float ms = 0;
   CHECK(cudaEventElapsedTime(&ms, a, b));
   const double hop_us = double(ms) * 1000.0 / hops;
-  std::printf("| one dependent L2 round trip inside a kernel          | %10.3f |\n", hop_us);
+  std::printf("| %-44s | %10.3f |\n", "one dependent L2 round trip inside a kernel", hop_us);
   std::printf("launch: dependent kernel boundary %.2f us (PDL, 1 block), %.2f us (PDL, %d blocks); L2 round trip %.2f us\n",
               pdl_hop_1, pdl_hop_wide, 2 * sms, hop_us);
   CHECK(cudaFree(next));
