@@ -129,6 +129,7 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
     bf16_terms_ = std::stoi(v);
   }
   if (const char* e = std::getenv("MOESERVE_LT_SYNC"); e && std::string(e) == "1") lt_sync_ = true;
+  if (const char* e = std::getenv("MOESERVE_W13_SETTLED_IDS"); e && std::string(e) == "0") w13_settled_ids_ = false;
   if (const char* e = std::getenv("MOESERVE_W4A8_DECODE_CONFIGS")) {
     std::stringstream list(e);
     std::string name;
@@ -887,7 +888,16 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
     c13.prefix_bytes = cuda::moe_w4a8_prefetch_prefix(w2.N, w2.K, TK, kMoePrefetchBudget);
     c2.counts_settled = true;
   }
-  if (route) {  // the router's choice, routing rows and the gather in one launch
+  if (route && decode && options_.moe_chain && w13_settled_ids_) {
+    // The router's choice in a launch of its own, then routing rows + gather: W13 counts the choice itself (it is
+    // two launches back, settled) and schedules and loads its first weight stages while the gather runs.
+    MOESERVE_CUDA_CHECK(cuda::moe_route(route->logits, T, E, K, route->func, route->bias, route->tid2eid,
+                                        route->token_ids, route->norm_topk, route->route_scale, route->chosen,
+                                        route->weight, st));
+    MOESERVE_CUDA_CHECK(cuda::moe_route_gather_quant_f32(route->chosen, T, K, E, x, D, w4_counts_, row_of_slot_,
+                                                         w4_slot_of_row_, w4_a_, w4_sa_, sa_ld, st));
+    c13.settled_ids = route->chosen;
+  } else if (route) {  // the router's choice, routing rows and the gather in one launch
     MOESERVE_CUDA_CHECK(cuda::moe_route_logits_gather_quant_f32(*route, x, D, w4_counts_, row_of_slot_,
                                                                 w4_slot_of_row_, w4_a_, w4_sa_, sa_ld, st));
   } else if (decode) {  // routing rows and the gather in one launch

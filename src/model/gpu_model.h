@@ -153,6 +153,9 @@ class GpuModel {
   // MOESERVE_W4A8_DECODE_CONFIGS=W13:W2 (config names, kernels/cuda/moe_w4a8.h): the decode chain's GEMM configs
   // instead of the dispatch table's (A/B runs); -1: the table.
   int w4a8_decode_cfg_[2] = {-1, -1};
+  // A decode step's W13 counts the router's choice itself before pdl_wait (MoeW4A8Chain::settled_ids), the choice
+  // and the gather in two launches; MOESERVE_W13_SETTLED_IDS=0: the one fused launch, W13 waits for its counts.
+  bool w13_settled_ids_ = true;
   static bool skinny_fp8_preferred(int M, int N, int K);
 
   // Workspace (grow-only; a growth invalidates captured graphs).

@@ -66,11 +66,16 @@ int moe_w4a8_pick_config_for(const char* gpu, int E, int N, int K, int slots);
 //    first stages come from L2;
 //  - counts_settled: counts were written by a kernel that completed before the previous kernel in the stream
 //    started (W2 after W13: the routing glue ran before W13), so the schedule and the first weight loads run
-//    before pdl_wait.
+//    before pdl_wait;
+//  - settled_ids (contiguous layout): the slots' expert ids [in.rows], written by a kernel that completed before the
+//    previous kernel started (W13 after the router's choice and then the placement + gather launch); the GEMM counts
+//    them itself, before pdl_wait, instead of reading counts (which its predecessor is still writing), and takes the
+//    settled path. The counts it derives are the placement's (the same ids, expert order).
 struct MoeW4A8Chain {
   const MoeW4A8Weights* prefetch_next = nullptr;
   unsigned prefix_bytes = 0;  // per 64-row block of the next weights, multiple of 16 (moe_w4a8_prefetch_prefix)
   bool counts_settled = false;
+  const int* settled_ids = nullptr;
 };
 // Bytes per 64-row block to prefetch so that `slots` experts' blocks of N x K weights fit in `budget` bytes
 // (at most a whole block; multiple of 16; 0 when not even 16 bytes fit).

@@ -97,6 +97,8 @@ struct Params {
   uint32_t pf_pitch;        // its bytes per 64-row block
   int pf_blocks;            // its 64-row blocks per expert
   uint32_t pf_prefix;       // bytes to prefetch per block
+  const int* settled_ids;   // MoeW4A8Chain::settled_ids ([id_slots] expert ids), or null
+  int id_slots;
 };
 
 // The expert owning work item `it`: item_start[e] <= it < item_start[e + 1] (binary search: a CTA's first item
@@ -191,11 +193,20 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     static_assert(C::kThreads >= 4 * 32, "the scan's chunks need at least 4 warps");
     __shared__ int chunk_items[kChunks], chunk_rows[kChunks];
     const int nwarps = int(blockDim.x) / 32, nchunks = (p.E + 31) / 32;
+    if (p.settled_ids) {  // the counts from the slots' ids (cnt is rewritten with the same values below)
+      for (int e = threadIdx.x; e < p.E; e += blockDim.x) cnt[e] = 0;
+      __syncthreads();
+      for (int s = threadIdx.x; s < p.id_slots; s += blockDim.x) {
+        const int e = __ldcg(p.settled_ids + s);
+        if (e >= 0 && e < p.E) atomicAdd(&cnt[e], 1);
+      }
+      __syncthreads();
+    }
     int c_of[kPerWarp];
 #pragma unroll
     for (int j = 0; j < kPerWarp; ++j) {
       const int e = 32 * (warp + nwarps * j) + lane;
-      c_of[j] = e < p.E ? max(__ldcg(p.counts + e), 0) : 0;
+      c_of[j] = e < p.E ? (p.settled_ids ? cnt[e] : max(__ldcg(p.counts + e), 0)) : 0;
     }
 #pragma unroll
     for (int j = 0; j < kPerWarp; ++j) {
@@ -651,7 +662,12 @@ cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int*
   p.cap = cap;
   p.flag_words = pack::moe_w4a8_flag_words(w.K);
   p.out_f32 = out == MoeOutType::F32 ? 1 : 0;
-  p.counts_settled = chain.counts_settled ? 1 : 0;
+  p.counts_settled = chain.counts_settled || chain.settled_ids ? 1 : 0;
+  if (chain.settled_ids) {
+    if (cap > 0) return cudaErrorInvalidValue;  // the masked layout's rows do not follow from the ids alone
+    p.settled_ids = chain.settled_ids;
+    p.id_slots = in.rows;
+  }
   if (chain.prefetch_next && chain.prefix_bytes > 0) {
     const MoeW4A8Weights& nx = *chain.prefetch_next;
     const uint32_t pitch = uint32_t(nx.K / pack::kPackK) * pack::kChunkBytes;

@@ -792,21 +792,24 @@ TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
     DevBuf<float> drw(rw), dx(x), dsa(size_t(D / 128) * sa_ld), dsa2(size_t(I / 128) * sa_ld);
     DevBuf<float> dh(size_t(S) * 2 * I), dy(size_t(S) * D);
     DevBuf<uint8_t> da(size_t(S) * D), da2(size_t(S) * I);
+    // W13 with settled_ids gets counts it must not read: every entry 2^30.
+    DevBuf<int> dbad(std::vector<int>(size_t(E), 1 << 30));
     for (int cfg = 0; cfg < cuda::moe_w4a8_config_count(); ++cfg) {
-      std::vector<float> outs[2];
-      for (int with : {0, 1}) {
+      std::vector<float> outs[3];
+      for (int with : {0, 1, 2}) {  // none; prefetch + settled W2 counts; also W13 counting the settled ids
         cuda::MoeW4A8Chain c13, c2;
         if (with) {
           c13.prefetch_next = &W2;
           c13.prefix_bytes = cuda::moe_w4a8_prefetch_prefix(W2.N, W2.K, S, size_t(16) << 20);
           c2.counts_settled = true;
         }
+        if (with == 2) c13.settled_ids = dids.p;
         dy.poison();
         ASSERT_EQ(cuda::moe_route_gather_quant_f32(dids.p, T, topk, E, dx.p, D, dcounts.p, dros.p, dsor.p, da.p, dsa.p,
                                                    sa_ld, stream),
                   cudaSuccess);
-        ASSERT_EQ(cuda::moe_grouped_gemm_w4a8_contiguous(W13, {da.p, dsa.p, S, sa_ld}, dcounts.p, dh.p,
-                                                         cuda::MoeOutType::F32, 1, cfg, stream, c13),
+        ASSERT_EQ(cuda::moe_grouped_gemm_w4a8_contiguous(W13, {da.p, dsa.p, S, sa_ld}, with == 2 ? dbad.p : dcounts.p,
+                                                         dh.p, cuda::MoeOutType::F32, 1, cfg, stream, c13),
                   cudaSuccess);
         ASSERT_EQ(cuda::moe_swiglu_quant_f32(dh.p, I, dsor.p, S, drw.p, 10.0f, da2.p, dsa2.p, sa_ld, stream),
                   cudaSuccess);
@@ -816,12 +819,14 @@ TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         outs[with] = dy.download();
       }
-      int64_t diff = 0, nonfinite = 0;
+      int64_t diff1 = 0, diff2 = 0, nonfinite = 0;
       for (size_t i = 0; i < outs[0].size(); ++i) {
-        diff += f32_to_bits(outs[0][i]) != f32_to_bits(outs[1][i]);
+        diff1 += f32_to_bits(outs[0][i]) != f32_to_bits(outs[1][i]);
+        diff2 += f32_to_bits(outs[0][i]) != f32_to_bits(outs[2][i]);
         nonfinite += !std::isfinite(outs[0][i]);
       }
-      EXPECT_EQ(diff, 0) << "T " << T << " config " << cuda::moe_w4a8_config(cfg).name;
+      EXPECT_EQ(diff1, 0) << "T " << T << " config " << cuda::moe_w4a8_config(cfg).name;
+      EXPECT_EQ(diff2, 0) << "settled ids, T " << T << " config " << cuda::moe_w4a8_config(cfg).name;
       EXPECT_EQ(nonfinite, 0) << "T " << T << " config " << cuda::moe_w4a8_config(cfg).name;
     }
   }
@@ -838,6 +843,12 @@ TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
               cudaErrorInvalidValue)
         << prefix;
   }
+  // Settled ids need the contiguous layout.
+  cuda::MoeW4A8Chain ids;
+  ids.settled_ids = c1.p;
+  EXPECT_EQ(cuda::moe_grouped_gemm_w4a8_masked(W13, {a1.p, sa1.p, 1, 4}, c1.p, 1, y1.p, cuda::MoeOutType::F32, 1, 0,
+                                               stream, ids),
+            cudaErrorInvalidValue);
   EXPECT_EQ(cuda::moe_w4a8_prefetch_prefix(W2.N, W2.K, 1, size_t(1) << 40), unsigned(I / 128 * 4352));
   cudaStreamDestroy(stream);
 }
