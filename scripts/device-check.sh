@@ -53,3 +53,4 @@ fi
 echo
 echo "== device-check summary ($(date -u +%F) $(head -2 "$OUT/gpu.txt" | tail -1 | cut -d, -f1)) =="
 for r in "${rows[@]}"; do echo "$r" | awk -F'|' '{printf "%-34s %-6s %s\n", $1, $2, $3}'; done
+bash scripts/pack-out.sh  # more than 8 log files would not all come back
