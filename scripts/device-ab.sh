@@ -44,3 +44,4 @@ for cfg in "$@"; do
   med=$(for v in ${runs[$name]}; do echo "${v%%/*}"; done | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
   printf "%-16s B=1 median %8s us   runs:%s\n" "$name" "$med" "${runs[$name]}"
 done
+bash scripts/pack-out.sh  # more than 8 files under $OUT would not all come back

@@ -66,3 +66,4 @@ for what in "$@"; do
     *) echo "unknown profile '$what'" >&2 ;;
   esac
 done
+bash scripts/pack-out.sh  # more than 8 files under $OUT would not all come back

@@ -14,33 +14,22 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device.h"
+
 namespace {
+
+using moeserve::cuda::dev::pdl_begin;
 
 constexpr int kChain = 200, kReplays = 5;
 
-#define CHECK(x)                                                                                   \
-  do {                                                                                             \
-    cudaError_t err_ = (x);                                                                        \
-    if (err_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_));   \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
-
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-
 // Nothing but the PDL handshake.
-__global__ void empty_kernel() {
-  pdl_wait();
-  pdl_release();
-}
+__global__ void empty_kernel() { pdl_begin(); }
 
 // Block 0's thread 0 reads the counter the previous kernel wrote and writes it plus one; every other block only
 // takes part in the grid's completion (the boundary waits for all of them).
 __global__ void hop_kernel(unsigned* counter) {
-  pdl_wait();
-  pdl_release();
+  pdl_begin();
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     const unsigned v = *reinterpret_cast<volatile unsigned*>(counter);
     *reinterpret_cast<volatile unsigned*>(counter) = v + 1;
@@ -66,53 +55,60 @@ void launch(void (*kernel)(Args...), int blocks, bool pdl, cudaStream_t st, Args
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+  MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+// Milliseconds of the work work() enqueues on st, between two events.
+template <class F>
+float elapsed_ms(cudaStream_t st, F work) {
+  cudaEvent_t a, b;
+  MOESERVE_CUDA_CHECK(cudaEventCreate(&a));
+  MOESERVE_CUDA_CHECK(cudaEventCreate(&b));
+  MOESERVE_CUDA_CHECK(cudaEventRecord(a, st));
+  work();
+  MOESERVE_CUDA_CHECK(cudaEventRecord(b, st));
+  MOESERVE_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  MOESERVE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  MOESERVE_CUDA_CHECK(cudaEventDestroy(a));
+  MOESERVE_CUDA_CHECK(cudaEventDestroy(b));
+  return ms;
 }
 
 // Microseconds per launch of a captured chain of kChain launches (enqueue(st) enqueues one).
 template <class F>
 double per_launch_us(cudaStream_t st, F enqueue) {
   cudaGraph_t graph;
-  CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  MOESERVE_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
   for (int i = 0; i < kChain; ++i) enqueue(st);
-  CHECK(cudaStreamEndCapture(st, &graph));
+  MOESERVE_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
   cudaGraphExec_t exec;
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CHECK(cudaGraphLaunch(exec, st));  // warm-up
-  CHECK(cudaStreamSynchronize(st));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  CHECK(cudaEventRecord(a, st));
-  for (int r = 0; r < kReplays; ++r) CHECK(cudaGraphLaunch(exec, st));
-  CHECK(cudaEventRecord(b, st));
-  CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, a, b));
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  CHECK(cudaEventDestroy(a));
-  CHECK(cudaEventDestroy(b));
+  MOESERVE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  MOESERVE_CUDA_CHECK(cudaGraphLaunch(exec, st));  // warm-up
+  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(st));
+  const float ms = elapsed_ms(st, [&] {
+    for (int r = 0; r < kReplays; ++r) MOESERVE_CUDA_CHECK(cudaGraphLaunch(exec, st));
+  });
+  MOESERVE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MOESERVE_CUDA_CHECK(cudaGraphDestroy(graph));
   return double(ms) * 1000.0 / (kReplays * kChain);
 }
 
 }  // namespace
 
 int main() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("skipped: no CUDA device\n");
+  const moeserve::cuda::DeviceInfo& info = moeserve::cuda::device_info();
+  if (!info.available) {
+    std::printf("skipped: %s\n", info.reason.c_str());
     return 0;
   }
-  cudaDeviceProp prop;
-  CHECK(cudaGetDeviceProperties(&prop, 0));
-  const int sms = prop.multiProcessorCount;
+  const int sms = info.multiprocessors;
   std::printf("# bench_gpu_launch on %s (%d SMs): a chain of %d dependent launches in a CUDA graph, %d replays\n",
-              prop.name, sms, kChain, kReplays);
+              info.name.c_str(), sms, kChain, kReplays);
   cudaStream_t st;
-  CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   unsigned* counter;
-  CHECK(cudaMalloc(&counter, sizeof(unsigned)));
+  MOESERVE_CUDA_CHECK(cudaMalloc(&counter, sizeof(unsigned)));
 
   std::printf("| %-44s | %10s |\n", "chain", "us/launch");
   double pdl_hop_1 = 0, pdl_hop_wide = 0;
@@ -122,10 +118,10 @@ int main() {
       std::printf("| empty, %4d blocks of 256, %-17s | %10.2f |\n", blocks, pdl ? "PDL" : "plain", us);
     }
     for (int blocks : {1, 2 * sms}) {
-      CHECK(cudaMemset(counter, 0, sizeof(unsigned)));
+      MOESERVE_CUDA_CHECK(cudaMemset(counter, 0, sizeof(unsigned)));
       const double us = per_launch_us(st, [&](cudaStream_t s) { launch(hop_kernel, blocks, pdl, s, counter); });
       unsigned got = 0;
-      CHECK(cudaMemcpy(&got, counter, sizeof(unsigned), cudaMemcpyDeviceToHost));
+      MOESERVE_CUDA_CHECK(cudaMemcpy(&got, counter, sizeof(unsigned), cudaMemcpyDeviceToHost));
       const unsigned want = unsigned(kChain) * (kReplays + 1);
       if (got != want) {
         std::fprintf(stderr, "hop chain: counter %u, expected %u (a launch ran before its predecessor finished)\n", got,
@@ -140,7 +136,7 @@ int main() {
   // The same number of dependent L2 round trips inside one kernel: a random cycle over 4 MB (in L2, past L1).
   const int words = 1 << 20;
   unsigned* next;
-  CHECK(cudaMalloc(&next, words * sizeof(unsigned)));
+  MOESERVE_CUDA_CHECK(cudaMalloc(&next, words * sizeof(unsigned)));
   {
     unsigned* h = static_cast<unsigned*>(std::malloc(words * sizeof(unsigned)));
     unsigned* order = static_cast<unsigned*>(std::malloc(words * sizeof(unsigned)));
@@ -153,28 +149,21 @@ int main() {
       order[i] = order[j], order[j] = t;
     }
     for (int i = 0; i < words; ++i) h[order[i]] = order[(i + 1) % words];
-    CHECK(cudaMemcpy(next, h, words * sizeof(unsigned), cudaMemcpyHostToDevice));
+    MOESERVE_CUDA_CHECK(cudaMemcpy(next, h, words * sizeof(unsigned), cudaMemcpyHostToDevice));
     std::free(h);
     std::free(order);
   }
   chase_kernel<<<1, 1, 0, st>>>(next, words, counter);  // warm the L2 with the whole cycle
-  CHECK(cudaStreamSynchronize(st));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
+  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(st));
   const int hops = kChain * 20;
-  CHECK(cudaEventRecord(a, st));
-  chase_kernel<<<1, 1, 0, st>>>(next, hops, counter);
-  CHECK(cudaEventRecord(b, st));
-  CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, a, b));
+  const float ms = elapsed_ms(st, [&] { chase_kernel<<<1, 1, 0, st>>>(next, hops, counter); });
   const double hop_us = double(ms) * 1000.0 / hops;
   std::printf("| %-44s | %10.3f |\n", "one dependent L2 round trip inside a kernel", hop_us);
-  std::printf("launch: dependent kernel boundary %.2f us (PDL, 1 block), %.2f us (PDL, %d blocks); L2 round trip %.2f us\n",
+  std::printf("launch: dependent kernel boundary %.2f us (PDL, 1 block), %.2f us (PDL, %d blocks); "
+              "L2 round trip %.2f us\n",
               pdl_hop_1, pdl_hop_wide, 2 * sms, hop_us);
-  CHECK(cudaFree(next));
-  CHECK(cudaFree(counter));
-  CHECK(cudaStreamDestroy(st));
+  MOESERVE_CUDA_CHECK(cudaFree(next));
+  MOESERVE_CUDA_CHECK(cudaFree(counter));
+  MOESERVE_CUDA_CHECK(cudaStreamDestroy(st));
   return 0;
 }
