@@ -5,8 +5,9 @@
 #   layer[@BINARY]        nsys node-level timeline of the batch-1 4-layer V4-Flash MXFP4 decode graph
 #                         -> layer_trace.csv (read it here with tools/nsys_timeline.py); @BINARY: that benchmark
 #                         of the prebuilt set instead of bench_gpu_ops (e.g. a VARIANTS build) -> layer_BINARY_*
-#   w4a8:SHAPE:T          ncu (full sections, SASS source counters) of one W4A8 decode launch at T tokens
-#                         -> w4a8_SHAPE_T.txt (details) and w4a8_SHAPE_T_sass.csv (per-instruction stalls)
+#   w4a8:SHAPE:T[:CONFIG] ncu (full sections, SASS source counters) of one W4A8 launch at T tokens (decode below
+#                         1024 tokens, else prefill), with the dispatch table's config or CONFIG
+#                         -> w4a8_SHAPE_T[_CONFIG].txt (details) and ..._sass.csv (per-instruction stalls)
 #   ncu:BENCH_ARGS:REGEX  ncu of the first kernel matching REGEX in `bench_gpu_ops BENCH_ARGS` -> ncu_REGEX.txt
 #                         and ncu_REGEX_sass.csv (per-instruction counters and stalls)
 # The Nsight Systems CLI bundled with Nsight Compute records a .qdstrm; its QdstrmImporter needs libdw/libelf,
@@ -43,10 +44,12 @@ for what in "$@"; do
       echo "$tag: $(wc -l <"$OUT/${tag}_trace.csv" 2>/dev/null || echo no) trace rows; $(grep -E 'B=1 ' "$OUT/${tag}_bench.log" | head -2 | tr '\n' ' ')"
       ;;
     w4a8:*)
-      IFS=: read -r _ shape T <<<"$what"
-      base="$OUT/w4a8_${shape}_${T}"
+      IFS=: read -r _ shape T cfg <<<"$what"
+      base="$OUT/w4a8_${shape}_${T}${cfg:+_$cfg}"
+      phase=(--decode "$T" --prefill -)
+      if [ "$T" -ge 1024 ]; then phase=(--decode - --prefill "$T"); fi
       "$NCU" --clock-control none --set full --import-source yes -k regex:moe_w4a8_gemm -c 1 -f -o "$base" \
-        "$BIN/bench_gpu_moe_w4a8" --profile --shape "$shape" --decode "$T" --prefill - >"$base.log" 2>&1
+        "$BIN/bench_gpu_moe_w4a8" --profile --shape "$shape" "${phase[@]}" ${cfg:+--config "$cfg"} >"$base.log" 2>&1
       "$NCU" -i "$base.ncu-rep" --page details >"$base.txt" 2>&1
       "$NCU" -i "$base.ncu-rep" --page source --csv --print-source sass >"$base"_sass.csv 2>&1
       rm -f "$base.ncu-rep"

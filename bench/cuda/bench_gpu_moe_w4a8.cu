@@ -7,7 +7,7 @@
 // cuda::Blas::gemm_fp8_block (fp32 out), from the host half of this bench, bench_gpu_moe_w4a8.cpp.
 //
 //   bench_gpu_moe_w4a8 [--quick] [--tune FILE] [--out DIR] [--profile] [--peer-only] [--shape NAME]
-//                      [--decode LIST] [--prefill LIST] [--routing FILE]
+//                      [--decode LIST] [--prefill LIST] [--routing FILE] [--config NAME]
 //     --tune FILE  sweep every tile config for every shape / token count / routing and write the dispatch table
 //                  (src/kernels/cuda/moe_w4a8_dispatch_table.inc format) to FILE
 //     --profile    one decode and one prefill launch of each kernel only (for ncu)
@@ -16,6 +16,7 @@
 //     --decode / --prefill LIST  the token counts of that phase, e.g. 1,4 ("-": none)
 //     --routing FILE  also route with a recorded run's load shares (`moeserve generate --routing-histogram FILE`,
 //                  model/routing_histogram.h: each scored layer's sorted expert shares, resampled to the shape's E)
+//     --config NAME  time (and --profile) that tile config instead of the dispatch table's pick
 //
 // Decode (1..256 tokens, masked layout, cap = tokens): achieved weight-read bandwidth = bytes of the touched
 // experts' FP4 weights and E8M0 scales / time, against 4.28 TB/s. Prefill (4K..32K tokens, contiguous layout):
@@ -354,7 +355,7 @@ struct Result {
 
 int main(int argc, char** argv) {
   bool quick = false, profile = false, peer_only = false;
-  std::string tune_file, out_dir, only_shape, decode_list, prefill_list, routing_file;
+  std::string tune_file, out_dir, only_shape, decode_list, prefill_list, routing_file, force_config;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
@@ -366,6 +367,7 @@ int main(int argc, char** argv) {
     else if (a == "--decode" && i + 1 < argc) decode_list = argv[++i];
     else if (a == "--prefill" && i + 1 < argc) prefill_list = argv[++i];
     else if (a == "--routing" && i + 1 < argc) routing_file = argv[++i];
+    else if (a == "--config" && i + 1 < argc) force_config = argv[++i];
     else {
       std::fprintf(stderr, "bench_gpu_moe_w4a8: unknown argument '%s' (see the usage at the top of the source)\n",
                    a.c_str());
@@ -379,6 +381,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_gpu_moe_w4a8: --routing %s: %s\n", routing_file.c_str(), error.c_str());
       return 2;
     }
+  }
+  if (!force_config.empty() && cuda::moe_w4a8_config_by_name(force_config.c_str()) < 0) {
+    std::fprintf(stderr, "bench_gpu_moe_w4a8: --config %s: no such tile config\n", force_config.c_str());
+    return 2;
   }
   if (!cuda::available()) {
     std::printf("bench_gpu_moe_w4a8: skipped (%s)\n", cuda::device_info().reason.c_str());
@@ -517,7 +523,8 @@ int main(int argc, char** argv) {
                 },
                 batch, reps, stream);
           };
-          const int pick = cuda::moe_w4a8_pick_config(E, N, K, slots);
+          const int pick = force_config.empty() ? cuda::moe_w4a8_pick_config(E, N, K, slots)
+                                                : cuda::moe_w4a8_config_by_name(force_config.c_str());
           if (profile) {  // one plain launch of each kernel, for ncu
             if (rk == 0) {
               if (!peer_only)
