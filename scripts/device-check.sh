@@ -40,6 +40,12 @@ for b in $BIN/bench_gpu_*; do
   rc=$?
   rows+=("$name|rc=$rc|$(tail -1 "$OUT/$name.log")")
 done
+if [ -x "$BIN/bench_gpu_moe_w4a8" ] && [[ bench_gpu_moe_w4a8 =~ $FILTER ]]; then
+  # W4A8 decode as the engine's decode chain launches it (settled counts: schedule and first weight stages before
+  # griddepcontrol.wait), beside the plain launches above.
+  timeout 300 "$BIN/bench_gpu_moe_w4a8" --settled --prefill - >"$OUT/bench_gpu_moe_w4a8_settled.log" 2>&1
+  rows+=("bench_gpu_moe_w4a8 --settled|rc=$?|$(tail -1 "$OUT/bench_gpu_moe_w4a8_settled.log")")
+fi
 if [ "${PEERS:-1}" != 0 ] && python3 -c "import torch" 2>/dev/null; then  # PyTorch / HF transformers peers (PEERS=0 skips)
   PYTHONUNBUFFERED=1 timeout 300 python3 tools/torch_peers.py >"$OUT/torch_peers.log" 2>&1
   rows+=("torch_peers|rc=$?|$(tail -1 "$OUT/torch_peers.log" | cut -c1-120)")

@@ -7,7 +7,7 @@
 // cuda::Blas::gemm_fp8_block (fp32 out), from the host half of this bench, bench_gpu_moe_w4a8.cpp.
 //
 //   bench_gpu_moe_w4a8 [--quick] [--tune FILE] [--out DIR] [--profile] [--peer-only] [--shape NAME]
-//                      [--decode LIST] [--prefill LIST] [--routing FILE] [--config NAME]
+//                      [--decode LIST] [--prefill LIST] [--routing FILE] [--config NAME] [--settled]
 //     --tune FILE  sweep every tile config for every shape / token count / routing and write the dispatch table
 //                  (src/kernels/cuda/moe_w4a8_dispatch_table.inc format) to FILE
 //     --profile    one decode and one prefill launch of each kernel only (for ncu)
@@ -17,6 +17,11 @@
 //     --routing FILE  also route with a recorded run's load shares (`moeserve generate --routing-histogram FILE`,
 //                  model/routing_histogram.h: each scored layer's sorted expert shares, resampled to the shape's E)
 //     --config NAME  time (and --profile) that tile config instead of the dispatch table's pick
+//     --settled    decode launches take the decode chain's settled path (MoeW4A8Chain::counts_settled: the counts
+//                  were written before the previous kernel started, as W2's are in the engine's decode step and as
+//                  W13's expert ids are): schedule and first weight stages before griddepcontrol.wait, so that a
+//                  launch's prologue overlaps the previous launch. Without it every launch waits for the previous
+//                  one to finish before it reads its counts.
 //
 // Decode (1..256 tokens, masked layout, cap = tokens): achieved weight-read bandwidth = bytes of the touched
 // experts' FP4 weights and E8M0 scales / time, against 4.28 TB/s. Prefill (4K..32K tokens, contiguous layout):
@@ -354,13 +359,14 @@ struct Result {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, profile = false, peer_only = false;
+  bool quick = false, profile = false, peer_only = false, settled = false;
   std::string tune_file, out_dir, only_shape, decode_list, prefill_list, routing_file, force_config;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
     else if (a == "--profile") profile = true;
     else if (a == "--peer-only") peer_only = true;
+    else if (a == "--settled") settled = true;
     else if (a == "--tune" && i + 1 < argc) tune_file = argv[++i];
     else if (a == "--out" && i + 1 < argc) out_dir = argv[++i];
     else if (a == "--shape" && i + 1 < argc) only_shape = argv[++i];
@@ -402,6 +408,9 @@ int main(int argc, char** argv) {
                 "scales; FP8 activations, VEC128 fp32 scales; fp32 out), all in one CUDA graph\n");
   else
     std::printf("peer cublasLt-fp8: unavailable (%s)\n", lt.error.c_str());
+  if (settled) std::printf("decode: settled counts (MoeW4A8Chain::counts_settled), the decode chain's W2 path\n");
+  cuda::MoeW4A8Chain decode_chain;
+  decode_chain.counts_settled = settled;
   std::mt19937 rng(12345);
   // Routings: uniform and Zipf(1.1) always; with --routing FILE also a recorded run's load shares.
   std::vector<std::string> routings = {"uniform", "zipf"};
@@ -516,7 +525,8 @@ int main(int argc, char** argv) {
             return time_calls(
                 [&](int i, cudaStream_t st) {
                   cudaError_t err = decode ? cuda::moe_grouped_gemm_w4a8_masked(W, in, dcounts[i % nsets], cap, y,
-                                                                               cuda::MoeOutType::BF16, slots, cfg, st)
+                                                                               cuda::MoeOutType::BF16, slots, cfg, st,
+                                                                               decode_chain)
                                            : cuda::moe_grouped_gemm_w4a8_contiguous(W, in, dcounts[i % nsets], y,
                                                                                    cuda::MoeOutType::BF16, slots, cfg, st);
                   CK(err);
@@ -529,7 +539,7 @@ int main(int argc, char** argv) {
             if (rk == 0) {
               if (!peer_only)
                 CK(decode ? cuda::moe_grouped_gemm_w4a8_masked(W, in, dcounts[0], cap, y, cuda::MoeOutType::BF16,
-                                                                slots, pick, stream)
+                                                                slots, pick, stream, decode_chain)
                           : cuda::moe_grouped_gemm_w4a8_contiguous(W, in, dcounts[0], y, cuda::MoeOutType::BF16,
                                                                     slots, pick, stream));
               if (lt.usable()) lt.enqueue(sets[0], N, K, w8, wscale, pb, true, stream, nullptr);
@@ -745,9 +755,9 @@ int main(int argc, char** argv) {
                 "1418TF (%s)\n",
                 100 * dec_best, dec_at.c_str(), 100 * pre_best, pre_at.c_str());
   else
-    std::printf("moe_w4a8: decode best %.0f%% of 4.28TB/s (%s, w4a8/cublasLt-fp8 time %s), prefill best %.0f%% of "
+    std::printf("moe_w4a8%s: decode best %.0f%% of 4.28TB/s (%s, w4a8/cublasLt-fp8 time %s), prefill best %.0f%% of "
                 "1418TF (%s, w4a8/cublasLt-fp8 time %s)\n",
-                100 * dec_best, dec_at.c_str(), ratio_str(dec_ratio).c_str(), 100 * pre_best, pre_at.c_str(),
+                settled ? " --settled" : "", 100 * dec_best, dec_at.c_str(), ratio_str(dec_ratio).c_str(), 100 * pre_best, pre_at.c_str(),
                 ratio_str(pre_ratio).c_str());
   return 0;
 }
