@@ -7,7 +7,8 @@
 #                         of the prebuilt set instead of bench_gpu_ops (e.g. a VARIANTS build) -> layer_BINARY_*
 #   w4a8:SHAPE:T[:CONFIG] ncu (full sections, SASS source counters) of one W4A8 launch at T tokens (decode below
 #                         1024 tokens, else prefill), with the dispatch table's config or CONFIG
-#                         -> w4a8_SHAPE_T[_CONFIG].txt (details) and ..._sass.csv (per-instruction stalls)
+#                         -> w4a8_SHAPE_T[_CONFIG].txt (details) and ..._sass.csv (per-instruction stalls; read
+#                         it here with tools/ncu_sass.py)
 #   ncu:BENCH_ARGS:REGEX  ncu of the first kernel matching REGEX in `bench_gpu_ops BENCH_ARGS` -> ncu_REGEX.txt
 #                         and ncu_REGEX_sass.csv (per-instruction counters and stalls)
 # The Nsight Systems CLI bundled with Nsight Compute records a .qdstrm; its QdstrmImporter needs libdw/libelf,
