@@ -14,11 +14,14 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "graph_timing.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/device.h"
 
 namespace {
 
+using moeserve::bench::elapsed_ms;
+using moeserve::bench::graph_us_per_call;
 using moeserve::cuda::dev::pdl_begin;
 
 constexpr int kChain = 200, kReplays = 5;
@@ -58,42 +61,6 @@ void launch(void (*kernel)(Args...), int blocks, bool pdl, cudaStream_t st, Args
   MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
-// Milliseconds of the work work() enqueues on st, between two events.
-template <class F>
-float elapsed_ms(cudaStream_t st, F work) {
-  cudaEvent_t a, b;
-  MOESERVE_CUDA_CHECK(cudaEventCreate(&a));
-  MOESERVE_CUDA_CHECK(cudaEventCreate(&b));
-  MOESERVE_CUDA_CHECK(cudaEventRecord(a, st));
-  work();
-  MOESERVE_CUDA_CHECK(cudaEventRecord(b, st));
-  MOESERVE_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  MOESERVE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  MOESERVE_CUDA_CHECK(cudaEventDestroy(a));
-  MOESERVE_CUDA_CHECK(cudaEventDestroy(b));
-  return ms;
-}
-
-// Microseconds per launch of a captured chain of kChain launches (enqueue(st) enqueues one).
-template <class F>
-double per_launch_us(cudaStream_t st, F enqueue) {
-  cudaGraph_t graph;
-  MOESERVE_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kChain; ++i) enqueue(st);
-  MOESERVE_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-  cudaGraphExec_t exec;
-  MOESERVE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  MOESERVE_CUDA_CHECK(cudaGraphLaunch(exec, st));  // warm-up
-  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(st));
-  const float ms = elapsed_ms(st, [&] {
-    for (int r = 0; r < kReplays; ++r) MOESERVE_CUDA_CHECK(cudaGraphLaunch(exec, st));
-  });
-  MOESERVE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  MOESERVE_CUDA_CHECK(cudaGraphDestroy(graph));
-  return double(ms) * 1000.0 / (kReplays * kChain);
-}
-
 }  // namespace
 
 int main() {
@@ -114,12 +81,13 @@ int main() {
   double pdl_hop_1 = 0, pdl_hop_wide = 0;
   for (bool pdl : {false, true}) {
     for (int blocks : {1, 2 * sms}) {
-      const double us = per_launch_us(st, [&](cudaStream_t s) { launch(empty_kernel, blocks, pdl, s); });
+      const double us = graph_us_per_call(st, kChain, kReplays, [&](int) { launch(empty_kernel, blocks, pdl, st); });
       std::printf("| empty, %4d blocks of 256, %-17s | %10.2f |\n", blocks, pdl ? "PDL" : "plain", us);
     }
     for (int blocks : {1, 2 * sms}) {
       MOESERVE_CUDA_CHECK(cudaMemset(counter, 0, sizeof(unsigned)));
-      const double us = per_launch_us(st, [&](cudaStream_t s) { launch(hop_kernel, blocks, pdl, s, counter); });
+      const double us =
+          graph_us_per_call(st, kChain, kReplays, [&](int) { launch(hop_kernel, blocks, pdl, st, counter); });
       unsigned got = 0;
       MOESERVE_CUDA_CHECK(cudaMemcpy(&got, counter, sizeof(unsigned), cudaMemcpyDeviceToHost));
       const unsigned want = unsigned(kChain) * (kReplays + 1);

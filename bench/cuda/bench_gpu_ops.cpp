@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "graph_timing.h"
 #include "io/model_config.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemv_stream.h"
@@ -36,32 +37,12 @@ cudaStream_t st;
 int rows_ge8mb = 0, rows_ge8mb_ok = 0;
 std::string layer_summary = "layer decode not run";
 
-// Average microseconds per call of fn (which must only enqueue work on `st`).
+// Average microseconds per call of fn (which must only enqueue work on `st`): one eager call, then `reps` calls
+// captured in a graph (graph_timing.h: one warm-up replay, 3 timed).
 double time_us(const std::function<void(int)>& fn, int reps = 20) {
   fn(0);
   MOESERVE_CUDA_CHECK(cudaStreamSynchronize(st));
-  cudaGraph_t graph;
-  MOESERVE_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < reps; ++i) fn(i);
-  MOESERVE_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-  cudaGraphExec_t exec;
-  MOESERVE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  MOESERVE_CUDA_CHECK(cudaGraphLaunch(exec, st));
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  cudaEventRecord(a, st);
-  const int replays = 3;
-  for (int r = 0; r < replays; ++r) MOESERVE_CUDA_CHECK(cudaGraphLaunch(exec, st));
-  cudaEventRecord(b, st);
-  MOESERVE_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return double(ms) * 1000.0 / (replays * reps);
+  return bench::graph_us_per_call(st, reps, 3, fn);
 }
 
 void report(const std::string& op, const std::string& shape, double us, double bytes, double flops, double peak,
@@ -569,9 +550,6 @@ void bench_layer_decode(cuda::Blas& blas) {
       for (int i = 0; i < 3; ++i) k.m->forward_async(*k.cache, k.reqs, &k.first, &k.count, true, ctx + 64);  // eager, capture, replay
       MOESERVE_CUDA_CHECK(cudaStreamSynchronize(k.m->stream()));
     }
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
     const int reps = 10;
     // MOESERVE_PROFILE_LAYER_B=1: a profiler range (nsys --capture-range=cudaProfilerApi) around one round of
     // timed replays of the 4-layer MXFP4-expert model at that batch, for a per-kernel breakdown.
@@ -584,17 +562,12 @@ void bench_layer_decode(cuda::Blas& blas) {
         Stack& k = stacks[size_t(li)];
         const bool prof = profile && li == 1;
         if (prof) cudaProfilerStart();
-        cudaEventRecord(a, k.m->stream());
-        for (int i = 0; i < reps; ++i) k.m->forward_async(*k.cache, k.reqs, &k.first, &k.count, true, ctx + 64);
-        cudaEventRecord(b, k.m->stream());
-        MOESERVE_CUDA_CHECK(cudaEventSynchronize(b));
+        const float ms = bench::elapsed_ms(k.m->stream(), [&] {
+          for (int i = 0; i < reps; ++i) k.m->forward_async(*k.cache, k.reqs, &k.first, &k.count, true, ctx + 64);
+        });
         if (prof) cudaProfilerStop();
-        float ms;
-        cudaEventElapsedTime(&ms, a, b);
         step[li] = std::min(step[li], double(ms) * 1000.0 / reps);
       }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
     const double per_layer = (step[1] - step[0]) / 2.0;
     double kv4, kv128;
     const double bytes = (layer_roofline_bytes(c, B, ctx, true, mxfp4, &kv4) + layer_roofline_bytes(c, B, ctx, false, mxfp4, &kv128)) / 2.0;

@@ -1,0 +1,47 @@
+#pragma once
+// Timing shared by the GPU benchmarks: the milliseconds of work enqueued on a stream between two events, and the
+// microseconds per call of a chain of calls captured in one CUDA graph and replayed.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/device.h"
+
+namespace moeserve::bench {
+
+// Milliseconds of the work work() enqueues on st, between two events.
+template <class F>
+float elapsed_ms(cudaStream_t st, F work) {
+  cudaEvent_t a, b;
+  MOESERVE_CUDA_CHECK(cudaEventCreate(&a));
+  MOESERVE_CUDA_CHECK(cudaEventCreate(&b));
+  MOESERVE_CUDA_CHECK(cudaEventRecord(a, st));
+  work();
+  MOESERVE_CUDA_CHECK(cudaEventRecord(b, st));
+  MOESERVE_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  MOESERVE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  MOESERVE_CUDA_CHECK(cudaEventDestroy(a));
+  MOESERVE_CUDA_CHECK(cudaEventDestroy(b));
+  return ms;
+}
+
+// Microseconds per call: enqueue(i) for i = 0 .. calls - 1 (each enqueuing its work on st) captured in one graph,
+// launched once to warm up, then `replays` timed launches.
+template <class F>
+double graph_us_per_call(cudaStream_t st, int calls, int replays, F enqueue) {
+  cudaGraph_t graph;
+  MOESERVE_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) enqueue(i);
+  MOESERVE_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+  cudaGraphExec_t exec;
+  MOESERVE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  MOESERVE_CUDA_CHECK(cudaGraphLaunch(exec, st));  // warm-up
+  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(st));
+  const float ms = elapsed_ms(st, [&] {
+    for (int r = 0; r < replays; ++r) MOESERVE_CUDA_CHECK(cudaGraphLaunch(exec, st));
+  });
+  MOESERVE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  MOESERVE_CUDA_CHECK(cudaGraphDestroy(graph));
+  return double(ms) * 1000.0 / (double(replays) * calls);
+}
+
+}  // namespace moeserve::bench
