@@ -49,8 +49,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
   const int K = a.K, N = a.N, p = blockIdx.y;
   const int chunks = K / VEC;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const bool grouped = a.group_count != nullptr;
+  // Problem p's weights, x row and y row: dense problems are stacked; a group (one row) is its expert's weights
+  // and its routing row.
   const char* w = static_cast<const char*>(a.w) + size_t(p) * a.w_stride * kBytes;
   const float* rs = FP8 ? a.row_scale + size_t(p) * a.scale_stride : nullptr;
+  const float* x = a.x + size_t(p) * a.x_stride;
+  float* y = a.y + size_t(p) * a.y_stride;
   const int ksteps = (K + kUnitK - 1) / kUnitK;
   const int quads = (N + kRowsU - 1) / kRowsU;
   const int teams = kWarps / WQ, team = warp / WQ, wi = warp % WQ;  // WQ <= ksteps: every warp has units
@@ -76,14 +81,27 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
     }
   };
 
-  // Weights are not written by earlier kernels: the first unit loads before pdl_wait.
+  // Weights are not written by earlier kernels: a dense problem's first unit loads before pdl_wait. A group
+  // learns its expert from the routing, written by an earlier kernel, so it waits first.
   int q = blockIdx.x * teams + team, ks = wi, parity = 0;
   Unit cur, nxt;
-  if (q < quads) load(q, ks, cur);
-  pdl_begin();
+  if (!grouped && q < quads) load(q, ks, cur);
+  pdl_wait();
+  // Dense problems let the next kernel launch now. Groups (a decode step's experts) let it launch as their blocks
+  // finish, which measured faster on the routed MoE at one token; for the dense GEMVs of a layer, releasing late
+  // cost 1.5 us at batch 1 (docs/benchmarks/cuda-ops.md, sixteenth session).
+  if (!grouped) pdl_release();
+  if (grouped) {
+    if (p >= *a.num_groups) return;  // block-uniform, after the wait (which keeps the kernel ordering transitive)
+    const int e = a.group_expert[p], row = a.group_offset[p];
+    w = static_cast<const char*>(a.w) + size_t(e) * a.w_stride * kBytes;
+    if constexpr (FP8) rs = a.row_scale + size_t(e) * a.scale_stride;
+    x = a.x + size_t(a.x_rows ? a.x_rows[row] : row) * a.ldx;
+    y = a.y + size_t(row) * a.ldy;
+    if (q < quads) load(q, ks, cur);
+  }
 
   // Stage x (the FP8 activation simulation per 128 values first, fp8_block_sim's arithmetic).
-  const float* x = a.x + size_t(p) * a.x_stride;
   if constexpr (ACT8) {
     for (int b = warp; b < K / 128; b += kWarps) {
       float4 v = reinterpret_cast<const float4*>(x + size_t(b) * 128)[lane];
@@ -152,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
       }
       const int n = q * kRowsU + (lane >> 3);
       if (wi == 0 && (lane & 7) == 0 && n < N) {
-        float* out = a.y + size_t(p) * a.y_stride + n;
+        float* out = y + n;
         *out = a.accumulate ? *out + sum : sum;
       }
 #pragma unroll
@@ -164,6 +182,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
     ks = nks;
     cur = nxt;
   }
+  if (grouped) pdl_release();
 }
 
 // Blocks per SM (MOESERVE_GEMV_STREAM_BLOCKS_PER_SM, 1 or 2; default 2): two blocks of 8 warps per SM reach
@@ -205,9 +224,12 @@ cudaError_t launch_stream(const GemvArgs& a, cudaStream_t stream) {
 bool gemv_stream_fits(const GemvArgs& a) {
   const bool fp8 = a.wtype == WeightType::FP8;
   const int vec = fp8 ? 16 : 8;
-  return a.group_count == nullptr && a.M == 1 && a.K > 0 && a.K <= kGemvStreamMaxK && a.K % vec == 0 &&
+  const bool one_row = a.group_count ? a.max_group_rows == 1 && a.group_expert && a.group_offset && a.num_groups &&
+                                           a.ldx % 4 == 0
+                                     : a.M == 1 && a.x_stride % 4 == 0;
+  return one_row && a.K > 0 && a.K <= kGemvStreamMaxK && a.K % vec == 0 &&
          (!fp8 || a.K % 128 == 0 || a.scale_ld > 0) && (!a.act_fp8 || a.K % 128 == 0) &&
-         reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.x_stride % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && (a.w_stride * (fp8 ? 1 : 2)) % 16 == 0;
 }
 

@@ -232,7 +232,8 @@ struct GemvArgs {
   // branch it leaves this many SMs with one, so that the main stream's small kernels can start beside it.
   int leave_sms = 0;
 };
-// One dense row over FP8 weights runs the streaming kernel (gemv_stream.h; MOESERVE_GEMV_STREAM=0: not).
+// One row over FP8 weights (dense M == 1, or groups of one row) runs the streaming kernel (gemv_stream.h;
+// MOESERVE_GEMV_STREAM=0: not).
 cudaError_t gemv(const GemvArgs& args, cudaStream_t stream);
 // Whether gemv can apply act_fp8 on the load: one row per pass (M == 1, or grouped with max_group_rows == 1:
 // with more rows the per-load simulation costs more issue than the weight stream leaves), the vectorized path

@@ -335,12 +335,16 @@ TEST(CudaGemm, SkinnyGemmGroupedOutputProjection) {
 }
 
 // Routing -> groups -> grouped skinny GEMM over stacked experts (W13 with gathered token rows) -> combine.
+// Experts grouped by the routing (moe_group) through gemv, then combined. Each case runs with the group rows
+// unknown (max_group_rows 0) and bounded by T, as the engine passes them; at T == 1 that is the streaming kernel's
+// grouped form, also with more grid problems than groups (the spare blocks must write nothing) and with the FP8
+// activation simulation in its staging.
 TEST(CudaGemm, MoeGroupedExpertsAndCombine) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
   struct Case { int E, K, T, D, N; bool fp8; };
   for (Case c : {Case{256, 6, 1, 2048, 128, true}, Case{256, 6, 8, 512, 512, false}, Case{8, 2, 5, 64, 64, false},
-                 Case{384, 6, 3, 1024, 128, true}}) {
+                 Case{384, 6, 3, 1024, 128, true}, Case{384, 6, 1, 7168, 260, true}, Case{16, 4, 1, 1536, 64, false}}) {
     Weights w = make_weights(c.fp8, c.N, c.D, c.E, g);
     const DeviceWeights dw(w);
     std::vector<int> chosen(size_t(c.T) * c.K);
@@ -369,48 +373,70 @@ TEST(CudaGemm, MoeGroupedExpertsAndCombine) {
     MOESERVE_CUDA_CHECK(cuda::moe_group(dchosen.data(), dweight.data(), c.T, c.K, c.E, nullptr, ge.data(), go.data(),
                                         gc.data(), ng.data(), row_of_slot.data(), token_of_row.data(),
                                         weight_of_row.data(), nullptr));
-    auto y = poisoned<float>(size_t(TK) * c.N);
-    cuda::GemvArgs a;
-    dw.set(a, w);
-    a.x = dx.data();
-    a.ldx = c.D;
-    a.y = y.data();
-    a.ldy = c.N;
-    a.problems = std::min(c.E, TK);
-    a.group_expert = ge.data();
-    a.group_offset = go.data();
-    a.group_count = gc.data();
-    a.num_groups = ng.data();
-    a.x_rows = token_of_row.data();
-    MOESERVE_CUDA_CHECK(cuda::gemv(a, nullptr));
     auto rows = host(row_of_slot);
     auto toks = host(token_of_row);
     auto wrow = host(weight_of_row);
-    auto gy = host(y);
-    // Every slot has its own row, holding its token and weight, and the expert's product.
+    // Every slot has its own row, holding its token and weight.
     std::vector<int> seen(size_t(TK), 0);
-    std::vector<float> got, want, tol;
     for (int i = 0; i < TK; ++i) {
       const int r = rows[size_t(i)];
       ASSERT_TRUE(r >= 0 && r < TK) << "slot " << i;
       ++seen[size_t(r)];
       ASSERT_EQ(toks[size_t(r)], i / c.K);
       ASSERT_EQ(wrow[size_t(r)], weight[size_t(i)]);
-      const int e = chosen[size_t(i)];
-      for (int n = 0; n < c.N; ++n) {
-        double ry, as;
-        reference(x.data(), c.D, w.deq.data() + size_t(e) * c.N * c.D, c.D, i / c.K, n, &ry, &as);
-        got.push_back(gy[size_t(r) * c.N + n]);
-        want.push_back(float(ry));
-        tol.push_back(float(kSkinnyTol * as));
-      }
     }
     for (int r = 0; r < TK; ++r) ASSERT_EQ(seen[size_t(r)], 1) << "row " << r;
-    expect_close(got, want, tol, "grouped experts E=" + std::to_string(c.E) + " T=" + std::to_string(c.T));
+    std::vector<float> xs = x;  // x with the FP8 activation simulation
+    ref::fp8_block_sim(xs.data(), c.T, c.D, c.D, 128);
+    struct Variant { int max_rows, extra_problems; bool act8; };
+    std::vector<Variant> variants{{0, 0, false}, {c.T, 0, false}};
+    if (c.T == 1) variants.push_back({1, 3, false});
+    if (c.T == 1 && c.fp8) variants.push_back({1, 0, true});
+    std::vector<float> gy;
+    for (const Variant v : variants) {
+      auto y = poisoned<float>(size_t(TK) * c.N);
+      cuda::GemvArgs a;
+      dw.set(a, w);
+      a.x = dx.data();
+      a.ldx = c.D;
+      a.y = y.data();
+      a.ldy = c.N;
+      a.problems = std::min(c.E, TK) + v.extra_problems;
+      a.group_expert = ge.data();
+      a.group_offset = go.data();
+      a.group_count = gc.data();
+      a.num_groups = ng.data();
+      a.x_rows = token_of_row.data();
+      a.max_group_rows = v.max_rows;
+      a.act_fp8 = v.act8;
+      const std::string what = "grouped experts E=" + std::to_string(c.E) + " T=" + std::to_string(c.T) +
+                               " max_group_rows=" + std::to_string(v.max_rows) + " problems=" +
+                               std::to_string(a.problems) + (v.act8 ? " act8" : "");
+      EXPECT_EQ(cuda::gemv_stream_fits(a), v.max_rows == 1) << what;
+      EXPECT_EQ(cuda::gemv_stream_preferred(a), v.max_rows == 1 && c.fp8) << what;  // gemv() routes FP8 there
+      // BF16 one-row groups called directly (gemv() keeps them on the one-pass kernel).
+      MOESERVE_CUDA_CHECK(v.max_rows == 1 ? cuda::gemv_stream(a, nullptr) : cuda::gemv(a, nullptr));
+      gy = host(y);
+      // Each slot's row holds its expert's product.
+      std::vector<float> got, want, tol;
+      const std::vector<float>& xm = v.act8 ? xs : x;
+      for (int i = 0; i < TK; ++i) {
+        const int r = rows[size_t(i)], e = chosen[size_t(i)];
+        for (int n = 0; n < c.N; ++n) {
+          double ry, as;
+          reference(xm.data(), c.D, w.deq.data() + size_t(e) * c.N * c.D, c.D, i / c.K, n, &ry, &as);
+          got.push_back(gy[size_t(r) * c.N + n]);
+          want.push_back(float(ry));
+          tol.push_back(float(kSkinnyTol * as));
+        }
+      }
+      expect_close(got, want, tol, what);
+    }
     // Combine (N == D only): out[t] = base[t] + sum_k y[row(t, k)] in k order.
     if (c.N == c.D) {
       auto base = normal(size_t(c.T) * c.D, g);
       auto out = dev(base);
+      auto y = dev(gy);  // the last variant's rows
       MOESERVE_CUDA_CHECK(cuda::moe_combine(y.data(), c.D, row_of_slot.data(), c.T, c.K, out.data(), nullptr));
       std::vector<float> wc = base;
       for (int t = 0; t < c.T; ++t)
