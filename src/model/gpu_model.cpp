@@ -794,7 +794,7 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
   // Distinct experts per token (top-k, or a hash table checked at load): an expert has at most T rows.
   const int max_rows = spec.hash_moe && !L.tid2eid_distinct ? TK : T;
   // One row per expert (batch 1) stays on the streaming GEMV: faster than the tensor-core path there (V4-Flash
-  // routed MoE 59.6 vs 62.5 us, docs/benchmarks/cuda-ops.md sixteenth session) and exact in its products.
+  // routed MoE 58.8 vs 62.5 us, docs/benchmarks/cuda-ops.md sixteenth session) and exact in its products.
   if (!large && !options_.exact && skinny_experts_ && sim && max_rows > 1 && w13.type == WeightType::FP8 &&
       w13.blk_scale && w2.blk_scale && cuda::gemm_fp8_skinny_fits(max_rows, 2 * I, D) &&
       cuda::gemm_fp8_skinny_fits(max_rows, D, I)) {
