@@ -9,6 +9,9 @@
 #                         1024 tokens, else prefill), with the dispatch table's config or CONFIG
 #                         -> w4a8_SHAPE_T[_CONFIG].txt (details) and ..._sass.csv (per-instruction stalls; read
 #                         it here with tools/ncu_sass.py)
+#   linear:SHAPE          nsys trace of bench_gpu_ops' linear rows whose shape contains SHAPE (each timed as a graph
+#                         of back-to-back launches) -> linear_SHAPE_trace.csv and linear_SHAPE.txt, the launches'
+#                         period, duration and lead over their predecessor (tools/nsys_overlap.py)
 #   ncu:BENCH_ARGS:REGEX  ncu of the first kernel matching REGEX in `bench_gpu_ops BENCH_ARGS` -> ncu_REGEX.txt
 #                         and ncu_REGEX_sass.csv (per-instruction counters and stalls)
 # The Nsight Systems CLI bundled with Nsight Compute records a .qdstrm; its QdstrmImporter needs libdw/libelf,
@@ -43,6 +46,23 @@ for what in "$@"; do
       mv -f "$OUT/${tag}_trace_cuda_gpu_trace.csv" "$OUT/${tag}_trace.csv" 2>/dev/null
       rm -f "$OUT/$tag".qdstrm "$OUT/$tag".nsys-rep "$OUT/$tag".sqlite
       echo "$tag: $(wc -l <"$OUT/${tag}_trace.csv" 2>/dev/null || echo no) trace rows; $(grep -E 'B=1 ' "$OUT/${tag}_bench.log" | head -2 | tr '\n' ' ')"
+      ;;
+    linear:*)
+      shape=${what#linear:}
+      tag=linear_${shape//[^A-Za-z0-9]/_}
+      rm -f "$OUT/$tag".*
+      MOESERVE_BENCH_SHAPE="$shape" "$NSYS" profile --cuda-graph-trace=node -o "$OUT/$tag" -f true \
+        "$BIN/bench_gpu_ops" linear >"$OUT/${tag}_bench.log" 2>&1
+      if [ ! -e "$OUT/$tag.nsys-rep" ] && [ -e "$OUT/$tag.qdstrm" ]; then
+        "$IMPORTER" -i "$OUT/$tag.qdstrm" >"$OUT/${tag}_import.log" 2>&1
+      fi
+      "$NSYS" stats -q -r cuda_gpu_trace -f csv -o "$OUT/${tag}_trace" "$OUT/$tag.nsys-rep" >"$OUT/${tag}_stats.log" 2>&1
+      mv -f "$OUT/${tag}_trace_cuda_gpu_trace.csv" "$OUT/${tag}_trace.csv" 2>/dev/null
+      rm -f "$OUT/$tag".qdstrm "$OUT/$tag".nsys-rep "$OUT/$tag".sqlite
+      python3 tools/nsys_overlap.py "$OUT/${tag}_trace.csv" >"$OUT/$tag.txt" 2>&1
+      echo "$what:"
+      grep -E "^\|" "$OUT/${tag}_bench.log" | cut -c1-120
+      head -8 "$OUT/$tag.txt"
       ;;
     w4a8:*)
       IFS=: read -r _ shape T cfg <<<"$what"

@@ -33,6 +33,9 @@ namespace {
 
 constexpr double kBw = 4.28e12, kBf16 = 784e12, kFp8 = 1418e12, kFp32 = 60e12;
 std::string filter;
+// MOESERVE_BENCH_SHAPE=SUBSTRING: the linear section runs only the shapes containing it (scripts/device-profile.sh
+// linear:SHAPE traces them with nsys).
+std::string shape_filter;
 cudaStream_t st;
 int rows_ge8mb = 0, rows_ge8mb_ok = 0;
 std::string layer_summary = "layer decode not run";
@@ -94,6 +97,7 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
     const double bytes = double(wbytes) + double(M) * K * 4 + double(M) * N * 4;
     const double flops = 2.0 * M * N * K;
     const std::string shape = model + " " + name + " M=" + std::to_string(M) + " " + std::to_string(N) + "x" + std::to_string(K);
+    if (shape.find(shape_filter) == std::string::npos) continue;
     if (M <= 64) {
       cuda::GemvArgs a;
       a.wtype = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
@@ -200,6 +204,7 @@ void bench_grouped_linear(const std::string& model, const std::string& name, int
     const double flops = 2.0 * M * G * double(N) * K;
     const std::string shape = model + " " + name + " M=" + std::to_string(M) + " " + std::to_string(G) + "x" +
                               std::to_string(N) + "x" + std::to_string(K);
+    if (shape.find(shape_filter) == std::string::npos) continue;
     cuda::GemvArgs a;
     set_weights(a, cuda::WeightType::FP8, nullptr, static_cast<float*>(rs.data()), N, K, sld);  // w rotates below
     a.x = static_cast<float*>(x.data());
@@ -615,6 +620,7 @@ void bench_fixture() {
 
 int main(int argc, char** argv) {
   if (argc > 1) filter = argv[1];
+  if (const char* s = std::getenv("MOESERVE_BENCH_SHAPE")) shape_filter = s;
   const cuda::DeviceInfo& info = cuda::device_info();
   if (!info.available) {
     std::printf("skipped: %s\n", info.reason.c_str());
