@@ -334,11 +334,10 @@ TEST(CudaGemm, SkinnyGemmGroupedOutputProjection) {
   }
 }
 
-// Routing -> groups -> grouped skinny GEMM over stacked experts (W13 with gathered token rows) -> combine.
-// Experts grouped by the routing (moe_group) through gemv, then combined. Each case runs with the group rows
-// unknown (max_group_rows 0) and bounded by T, as the engine passes them; at T == 1 that is the streaming kernel's
-// grouped form, also with more grid problems than groups (the spare blocks must write nothing) and with the FP8
-// activation simulation in its staging.
+// Routing -> groups -> grouped skinny GEMM over stacked experts (W13 with gathered token rows) -> combine. Each
+// case runs the GEMM with the group rows unknown (max_group_rows 0) and bounded by T, as the engine passes them;
+// at T == 1 that is the streaming kernel's grouped form, also with more grid problems than groups (the spare blocks
+// must write nothing) and with the FP8 activation simulation in its staging.
 TEST(CudaGemm, MoeGroupedExpertsAndCombine) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
