@@ -31,34 +31,36 @@ NSYS_HOME=$(ls -d /opt/nvidia/nsight-compute/*/host 2>/dev/null | tail -1)
 NSYS=$NSYS_HOME/target-linux-x64/nsys
 IMPORTER=$(ls "$NSYS_HOME"/linux-desktop-*/QdstrmImporter 2>/dev/null | head -1)
 
+# nsys_trace TAG NSYS_PROFILE_ARGS... -- COMMAND...: COMMAND under `nsys profile --cuda-graph-trace=node` plus the
+# given arguments; its output -> $OUT/TAG_bench.log, the kernel trace -> $OUT/TAG_trace.csv (the report itself is
+# removed: too large to bring back).
+nsys_trace() {
+  local tag=$1 args=()
+  shift
+  while [ "$1" != "--" ]; do args+=("$1"); shift; done
+  shift
+  rm -f "$OUT/$tag".*
+  "$NSYS" profile --cuda-graph-trace=node ${args[@]+"${args[@]}"} -o "$OUT/$tag" -f true "$@" >"$OUT/${tag}_bench.log" 2>&1
+  if [ ! -e "$OUT/$tag.nsys-rep" ] && [ -e "$OUT/$tag.qdstrm" ]; then
+    "$IMPORTER" -i "$OUT/$tag.qdstrm" >"$OUT/${tag}_import.log" 2>&1
+  fi
+  "$NSYS" stats -q -r cuda_gpu_trace -f csv -o "$OUT/${tag}_trace" "$OUT/$tag.nsys-rep" >"$OUT/${tag}_stats.log" 2>&1
+  mv -f "$OUT/${tag}_trace_cuda_gpu_trace.csv" "$OUT/${tag}_trace.csv" 2>/dev/null
+  rm -f "$OUT/$tag".qdstrm "$OUT/$tag".nsys-rep "$OUT/$tag".sqlite
+}
+
 for what in "$@"; do
   case "$what" in
     layer | layer@*)
       bench=bench_gpu_ops tag=layer
       if [[ "$what" == *@* ]]; then bench=${what#*@} tag=layer_$bench; fi
-      rm -f "$OUT/$tag".*
-      MOESERVE_PROFILE_LAYER_B=1 "$NSYS" profile --capture-range=cudaProfilerApi --cuda-graph-trace=node \
-        -o "$OUT/$tag" -f true "$BIN/$bench" layer >"$OUT/${tag}_bench.log" 2>&1
-      if [ ! -e "$OUT/$tag.nsys-rep" ] && [ -e "$OUT/$tag.qdstrm" ]; then
-        "$IMPORTER" -i "$OUT/$tag.qdstrm" >"$OUT/${tag}_import.log" 2>&1
-      fi
-      "$NSYS" stats -q -r cuda_gpu_trace -f csv -o "$OUT/${tag}_trace" "$OUT/$tag.nsys-rep" >"$OUT/${tag}_stats.log" 2>&1
-      mv -f "$OUT/${tag}_trace_cuda_gpu_trace.csv" "$OUT/${tag}_trace.csv" 2>/dev/null
-      rm -f "$OUT/$tag".qdstrm "$OUT/$tag".nsys-rep "$OUT/$tag".sqlite
+      MOESERVE_PROFILE_LAYER_B=1 nsys_trace "$tag" --capture-range=cudaProfilerApi -- "$BIN/$bench" layer
       echo "$tag: $(wc -l <"$OUT/${tag}_trace.csv" 2>/dev/null || echo no) trace rows; $(grep -E 'B=1 ' "$OUT/${tag}_bench.log" | head -2 | tr '\n' ' ')"
       ;;
     linear:*)
       shape=${what#linear:}
       tag=linear_${shape//[^A-Za-z0-9]/_}
-      rm -f "$OUT/$tag".*
-      MOESERVE_BENCH_SHAPE="$shape" "$NSYS" profile --cuda-graph-trace=node -o "$OUT/$tag" -f true \
-        "$BIN/bench_gpu_ops" linear >"$OUT/${tag}_bench.log" 2>&1
-      if [ ! -e "$OUT/$tag.nsys-rep" ] && [ -e "$OUT/$tag.qdstrm" ]; then
-        "$IMPORTER" -i "$OUT/$tag.qdstrm" >"$OUT/${tag}_import.log" 2>&1
-      fi
-      "$NSYS" stats -q -r cuda_gpu_trace -f csv -o "$OUT/${tag}_trace" "$OUT/$tag.nsys-rep" >"$OUT/${tag}_stats.log" 2>&1
-      mv -f "$OUT/${tag}_trace_cuda_gpu_trace.csv" "$OUT/${tag}_trace.csv" 2>/dev/null
-      rm -f "$OUT/$tag".qdstrm "$OUT/$tag".nsys-rep "$OUT/$tag".sqlite
+      MOESERVE_BENCH_SHAPE="$shape" nsys_trace "$tag" -- "$BIN/bench_gpu_ops" linear
       python3 tools/nsys_overlap.py "$OUT/${tag}_trace.csv" >"$OUT/$tag.txt" 2>&1
       echo "$what:"
       grep -E "^\|" "$OUT/${tag}_bench.log" | cut -c1-120
