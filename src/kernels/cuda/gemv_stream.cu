@@ -90,8 +90,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
   // Dense problems let the next kernel launch now. Groups (a decode step's experts) let it launch as their blocks
   // finish, which measured faster on the routed MoE at one token; for the dense GEMVs of a layer, releasing late
   // cost 1.5 us at batch 1 (docs/benchmarks/cuda-ops.md, sixteenth session).
-  if (!grouped) pdl_release();
-  if (grouped) {
+  if (!grouped) {
+    pdl_release();
+  } else {
     if (p >= *a.num_groups) return;  // block-uniform, after the wait (which keeps the kernel ordering transitive)
     const int e = a.group_expert[p], row = a.group_offset[p];
     w = static_cast<const char*>(a.w) + size_t(e) * a.w_stride * kBytes;
