@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine (device tool), after scripts/device-prepare.sh here: A/B timing of the V4-Flash decode layer
-# (`bench_gpu_ops layer`, MXFP4 experts, batch 1 / 8 / 32) under environment settings, in interleaved rounds within
-# one call (the batch-1 figure moves by a few us between calls; within a call repeats agree to about 1.5 us).
+# (`bench_gpu_ops layer`, MXFP4 experts, or FP8 ones with MOESERVE_LAYER_EXPERTS=fp8; batch 1 / 8 / 32) under
+# environment settings, in interleaved rounds within one call (the batch-1 figure moves by a few us between calls;
+# within a call repeats agree to about 1.5 us).
 # Usage: bash scripts/device-ab.sh --prebuilt .device-bin.tar.xz [--rounds N] NAME=ENV=VALUE[,ENV=VALUE...] ...
 #   e.g. bash scripts/device-ab.sh --prebuilt .device-bin.tar.xz base chain_off=MOESERVE_MOE_CHAIN=0
 #   A bare NAME runs with the environment as it is. NAME@BINARY runs that benchmark binary of the prebuilt set
@@ -32,13 +33,18 @@ for ((r = 1; r <= ROUNDS; ++r)); do
     if [[ "$name" == *@* ]]; then bench=${name#*@}; fi
     IFS=',' read -r -a envs <<<"$settings"
     log="$OUT/ab_${name//[^A-Za-z0-9_]/_}.log"
+    lines_before=0
+    [ -f "$log" ] && lines_before=$(wc -l <"$log")
     env "${envs[@]}" "$BIN/$bench" layer >>"$log" 2>&1
-    # One run's B=1, B=8, B=32 us per layer (MXFP4 experts).
-    line=$(grep -E 'mxfp4 \(W4A8\) experts \| B=(1|8|32) ' "$log" | tail -3 | awk -F'|' '{printf "%s/", $4}' | tr -d ' ')
+    # One run's B=1, B=8, B=32 us per layer: MXFP4 experts, or FP8 ones where the run has no MXFP4 rows
+    # (MOESERVE_LAYER_EXPERTS=fp8).
+    rows=$(tail -n +"$((lines_before + 1))" "$log" | grep -E 'mxfp4 \(W4A8\) experts \| B=(1|8|32) ')
+    [ -n "$rows" ] || rows=$(tail -n +"$((lines_before + 1))" "$log" | grep -E ' fp8 experts \| B=(1|8|32) ')
+    line=$(echo "$rows" | tail -3 | awk -F'|' '{printf "%s/", $4}' | tr -d ' ')
     runs[$name]="${runs[$name]:-} ${line%/}"
   done
 done
-echo "== device-ab ($(date -u +%F), $ROUNDS rounds): us per V4-Flash layer, MXFP4 experts, B=1/B=8/B=32 per run"
+echo "== device-ab ($(date -u +%F), $ROUNDS rounds): us per V4-Flash layer, MXFP4 experts (FP8 under MOESERVE_LAYER_EXPERTS=fp8), B=1/B=8/B=32 per run"
 for cfg in "$@"; do
   name=${cfg%%=*}
   med=$(for v in ${runs[$name]}; do echo "${v%%/*}"; done | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
