@@ -4,6 +4,7 @@
 // 784 TFLOP/s bf16 and 1418 TFLOP/s fp8 dense; fp32 SIMT ~60 TFLOP/s for the fp32 kernels).
 // Timing: each op's launches captured in a CUDA graph, replayed, cudaEvent time / launches; weights rotate over
 // copies larger than the L2 so that decode-shape reads come from HBM. Usage: bench_gpu_ops [filter-substring]
+// (sections: linear, chain, attention, indexer, small, moe, layer, fixture).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -253,6 +254,58 @@ void bench_grouped_linear(const std::string& model, const std::string& name, int
       report("wgmma bf16 x fp8w skinny, 3 terms (+cvt)", shape, us_three, bytes, 3 * flops, kBf16, false);
     }
   }
+}
+
+// ------------------------------------------------------------------------------------ one-row GEMV chains
+// Two FP8 GEMVs back to back, the second reading the first's output (as the layer runs wo_a -> wo_b), timed as a
+// graph of pairs against each timed alone in the same run: whether a GEMV keeps its standalone rate when the
+// kernel before it is a different one. (In the batch-1 layer the large reads run 1-4 us slower each than alone:
+// docs/benchmarks/cuda-ops.md, seventeenth session.) Bench section "chain"; MOESERVE_BENCH_SHAPE filters by name.
+struct GemvSpec {
+  int G, N, K;  // G problems of N x K, each on its own K-slice of x and writing its own N outputs (G = 1: dense)
+};
+void bench_gemv_chain(const std::string& name, GemvSpec a, GemvSpec b) {
+  if (!want("chain") || name.find(shape_filter) == std::string::npos) return;
+  Pool wa(size_t(a.G) * a.N * a.K, 2, 448.0f), wb(size_t(b.G) * b.N * b.K, 2, 448.0f);
+  auto rsa = floats(size_t(a.G) * a.N * (a.K / 128), 1e-3f);
+  auto rsb = floats(size_t(b.G) * b.N * (b.K / 128), 1e-3f);
+  auto x = floats(size_t(a.G) * a.K);
+  auto mid = floats(std::max(size_t(a.G) * a.N, size_t(b.G) * b.K));  // a's output, b's input
+  auto y = floats(size_t(b.G) * b.N);
+  auto args = [&](GemvSpec g, const cuda::DeviceBuffer& rs, cuda::DeviceBuffer& in, cuda::DeviceBuffer& out) {
+    cuda::GemvArgs r;
+    set_weights(r, cuda::WeightType::FP8, nullptr, static_cast<float*>(rs.data()), g.N, g.K, g.K / 128);
+    r.x = static_cast<float*>(in.data());
+    r.ldx = g.G * g.K;
+    r.x_stride = g.K;
+    r.y = static_cast<float*>(out.data());
+    r.ldy = g.G * g.N;
+    r.y_stride = g.N;
+    r.M = 1;
+    r.problems = g.G;
+    return r;
+  };
+  cuda::GemvArgs ga = args(a, rsa, x, mid), gb = args(b, rsb, mid, y);
+  const double bytes_a = double(a.G) * a.N * a.K, bytes_b = double(b.G) * b.N * b.K;
+  const double us_a = time_us([&](int i) {
+    ga.w = wa.get(i);
+    MOESERVE_CUDA_CHECK(cuda::gemv(ga, st));
+  });
+  const double us_b = time_us([&](int i) {
+    gb.w = wb.get(i);
+    MOESERVE_CUDA_CHECK(cuda::gemv(gb, st));
+  });
+  const double us_pair = time_us([&](int i) {
+    ga.w = wa.get(i);
+    MOESERVE_CUDA_CHECK(cuda::gemv(ga, st));
+    gb.w = wb.get(i);
+    MOESERVE_CUDA_CHECK(cuda::gemv(gb, st));
+  });
+  report("gemv chain: first alone", name, us_a, bytes_a, 2 * bytes_a, kFp32, false);
+  report("gemv chain: second alone", name, us_b, bytes_b, 2 * bytes_b, kFp32, false);
+  report("gemv chain: the pair", name, us_pair, bytes_a + bytes_b, 2 * (bytes_a + bytes_b), kFp32, false);
+  std::printf("gemv chain %s: pair %.2f us = alone %.2f + %.2f %+.2f us\n", name.c_str(), us_pair, us_a, us_b,
+              us_pair - us_a - us_b);
 }
 
 // ---------------------------------------------------------------------------------------- attention side
@@ -651,6 +704,10 @@ int main(int argc, char** argv) {
     bench_linear("flash", "wo_a group (bf16)", 1024, 4096, false, blas, {M});
   }
   bench_linear("pro", "wo_b", 7168, 16384, true, blas, {4096});
+  bench_gemv_chain("flash wo_a (8 groups) -> wo_b", {8, 1024, 4096}, {1, 4096, 8192});
+  bench_gemv_chain("flash wq_a -> wq_b", {1, 1024, 4096}, {1, 32768, 1024});
+  bench_gemv_chain("flash shared w13 -> w2", {1, 4096, 4096}, {1, 4096, 2048});
+  bench_gemv_chain("flash wo_b -> wo_b", {1, 4096, 8192}, {1, 4096, 8192});
   for (int B : {1, 8, 32, 64}) {
     bench_attention("flash", 64, B, 1, 8192, 4, true, 512);
     bench_attention("flash", 64, B, 1, 8192, 128, false, 0);
