@@ -259,7 +259,7 @@ void bench_grouped_linear(const std::string& model, const std::string& name, int
 // ------------------------------------------------------------------------------------ one-row GEMV chains
 // Two FP8 GEMVs back to back, the second reading the first's output (as the layer runs wo_a -> wo_b), timed as a
 // graph of pairs against each timed alone in the same run: whether a GEMV keeps its standalone rate when the
-// kernel before it is a different one. (In the batch-1 layer the large reads run 1-4 us slower each than alone:
+// kernel before it is a different one. (In the batch-1 layer the large reads run 2-4 us slower each than alone:
 // docs/benchmarks/cuda-ops.md, seventeenth session.) Bench section "chain"; MOESERVE_BENCH_SHAPE filters by name.
 struct GemvSpec {
   int G, N, K;  // G problems of N x K, each on its own K-slice of x and writing its own N outputs (G = 1: dense)
