@@ -38,8 +38,9 @@ for ((r = 1; r <= ROUNDS; ++r)); do
     env "${envs[@]}" "$BIN/$bench" layer >>"$log" 2>&1
     # One run's B=1, B=8, B=32 us per layer: MXFP4 experts, or FP8 ones where the run has no MXFP4 rows
     # (MOESERVE_LAYER_EXPERTS=fp8).
-    rows=$(tail -n +"$((lines_before + 1))" "$log" | grep -E 'mxfp4 \(W4A8\) experts \| B=(1|8|32) ')
-    [ -n "$rows" ] || rows=$(tail -n +"$((lines_before + 1))" "$log" | grep -E ' fp8 experts \| B=(1|8|32) ')
+    run_log=$(tail -n +"$((lines_before + 1))" "$log")
+    rows=$(grep -E 'mxfp4 \(W4A8\) experts \| B=(1|8|32) ' <<<"$run_log")
+    [ -n "$rows" ] || rows=$(grep -E ' fp8 experts \| B=(1|8|32) ' <<<"$run_log")
     line=$(echo "$rows" | tail -3 | awk -F'|' '{printf "%s/", $4}' | tr -d ' ')
     runs[$name]="${runs[$name]:-} ${line%/}"
   done
