@@ -189,6 +189,22 @@ void set_weights(cuda::GemvArgs& a, cuda::WeightType type, const void* w, const 
   a.scale_stride = (long long)N * sld;
 }
 
+// GEMV args of G problems of N x K FP8 weights (w set per launch), each on its own K-slice of x's M rows and writing
+// its own N columns of y (G = 1: one dense problem).
+cuda::GemvArgs grouped_args(int G, int N, int K, const float* row_scale, const float* x, float* y, int M) {
+  cuda::GemvArgs a;
+  set_weights(a, cuda::WeightType::FP8, nullptr, row_scale, N, K, (K + 127) / 128);
+  a.x = x;
+  a.ldx = G * K;
+  a.x_stride = K;
+  a.y = y;
+  a.ldy = G * N;
+  a.y_stride = N;
+  a.M = M;
+  a.problems = G;
+  return a;
+}
+
 // G problems of N x K FP8 weights in one launch, each on its own K-slice of the input row and writing its own N
 // columns: the grouped low-rank output projection wo_a as the engine runs it for FP8 checkpoints (GpuModel::attention).
 void bench_grouped_linear(const std::string& model, const std::string& name, int G, int N, int K,
@@ -206,16 +222,8 @@ void bench_grouped_linear(const std::string& model, const std::string& name, int
     const std::string shape = model + " " + name + " M=" + std::to_string(M) + " " + std::to_string(G) + "x" +
                               std::to_string(N) + "x" + std::to_string(K);
     if (shape.find(shape_filter) == std::string::npos) continue;
-    cuda::GemvArgs a;
-    set_weights(a, cuda::WeightType::FP8, nullptr, static_cast<float*>(rs.data()), N, K, sld);  // w rotates below
-    a.x = static_cast<float*>(x.data());
-    a.ldx = G * K;
-    a.x_stride = K;
-    a.y = static_cast<float*>(y.data());
-    a.ldy = G * N;
-    a.y_stride = N;
-    a.M = M;
-    a.problems = G;
+    cuda::GemvArgs a = grouped_args(G, N, K, static_cast<float*>(rs.data()), static_cast<float*>(x.data()),
+                                    static_cast<float*>(y.data()), M);  // w rotates below
     const double us = time_us([&](int i) {
       a.w = w.get(i);
       MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
@@ -273,17 +281,8 @@ void bench_gemv_chain(const std::string& name, GemvSpec a, GemvSpec b) {
   auto mid = floats(std::max(size_t(a.G) * a.N, size_t(b.G) * b.K));  // a's output, b's input
   auto y = floats(size_t(b.G) * b.N);
   auto args = [&](GemvSpec g, const cuda::DeviceBuffer& rs, cuda::DeviceBuffer& in, cuda::DeviceBuffer& out) {
-    cuda::GemvArgs r;
-    set_weights(r, cuda::WeightType::FP8, nullptr, static_cast<float*>(rs.data()), g.N, g.K, g.K / 128);
-    r.x = static_cast<float*>(in.data());
-    r.ldx = g.G * g.K;
-    r.x_stride = g.K;
-    r.y = static_cast<float*>(out.data());
-    r.ldy = g.G * g.N;
-    r.y_stride = g.N;
-    r.M = 1;
-    r.problems = g.G;
-    return r;
+    return grouped_args(g.G, g.N, g.K, static_cast<float*>(rs.data()), static_cast<float*>(in.data()),
+                        static_cast<float*>(out.data()), 1);
   };
   cuda::GemvArgs ga = args(a, rsa, x, mid), gb = args(b, rsb, mid, y);
   const double bytes_a = double(a.G) * a.N * a.K, bytes_b = double(b.G) * b.N * b.K;
