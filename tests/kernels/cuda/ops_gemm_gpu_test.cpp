@@ -99,6 +99,17 @@ struct DeviceWeights {
     a.w_stride = (long long)w.N * w.K;  // stacked problems (experts), back to back
     a.scale_stride = (long long)w.N * w.sld();
   }
+  // gemv args over these weights: M rows of x (ldx floats apart) into rows of y (ldy apart).
+  cuda::GemvArgs args(const Weights& w, const float* x, int ldx, float* y, int ldy, int M) const {
+    cuda::GemvArgs a;
+    set(a, w);
+    a.x = x;
+    a.ldx = ldx;
+    a.y = y;
+    a.ldy = ldy;
+    a.M = M;
+    return a;
+  }
 };
 
 // The skinny GEMM's expected rows (double reference of x [M][ldx] times the dequantized weights) and tolerances.
@@ -145,13 +156,7 @@ TEST(CudaGemm, SkinnyGemmDenseBf16AndFp8) {
         auto x = normal(size_t(M) * s.K, g);
         auto dx = dev(x);
         auto y = poisoned<float>(size_t(M) * s.N);
-        cuda::GemvArgs a;
-        dw.set(a, w);
-        a.x = dx.data();
-        a.ldx = s.K;
-        a.y = y.data();
-        a.ldy = s.N;
-        a.M = M;
+        const cuda::GemvArgs a = dw.args(w, dx.data(), s.K, y.data(), s.N, M);
         MOESERVE_CUDA_CHECK(cuda::gemv(a, nullptr));
         std::vector<float> want, tol;
         skinny_expected(x, s.K, w, M, &want, &tol);
@@ -190,13 +195,7 @@ TEST(CudaGemm, SkinnyGemmFusedFp8ActivationSimulation) {
         auto dxs = dev(xs);
         auto y = poisoned<float>(size_t(M) * s.N);
         auto y_sep = poisoned<float>(size_t(M) * s.N);
-        cuda::GemvArgs a;
-        dw.set(a, w);
-        a.x = dx.data();
-        a.ldx = ldx;
-        a.y = y.data();
-        a.ldy = s.N;
-        a.M = M;
+        cuda::GemvArgs a = dw.args(w, dx.data(), ldx, y.data(), s.N, M);
         ASSERT_TRUE(cuda::gemv_fuses_act_fp8(a));
         a.act_fp8 = true;
         MOESERVE_CUDA_CHECK(cuda::gemv(a, nullptr));
@@ -248,15 +247,9 @@ TEST(CudaGemm, StreamingGemvOneRow) {
         auto y0 = normal(size_t(s.problems) * s.N, g);  // accumulated onto
         auto dx = dev(x), dxs = dev(xs);
         auto y = dev(y0), y_sep = dev(y0);
-        cuda::GemvArgs a;
-        dw.set(a, w);
-        a.x = dx.data();
+        cuda::GemvArgs a = dw.args(w, dx.data(), xstride, y.data(), s.N, 1);
         a.x_stride = xstride;
-        a.ldx = xstride;
-        a.y = y.data();
-        a.ldy = s.N;
         a.y_stride = s.N;
-        a.M = 1;
         a.problems = s.problems;
         a.accumulate = true;
         a.act_fp8 = act8;
@@ -394,12 +387,7 @@ TEST(CudaGemm, MoeGroupedExpertsAndCombine) {
     std::vector<float> gy;
     for (const Variant v : variants) {
       auto y = poisoned<float>(size_t(TK) * c.N);
-      cuda::GemvArgs a;
-      dw.set(a, w);
-      a.x = dx.data();
-      a.ldx = c.D;
-      a.y = y.data();
-      a.ldy = c.N;
+      cuda::GemvArgs a = dw.args(w, dx.data(), c.D, y.data(), c.N, 0);  // M unused: groups carry their rows
       a.problems = std::min(c.E, TK) + v.extra_problems;
       a.group_expert = ge.data();
       a.group_offset = go.data();
