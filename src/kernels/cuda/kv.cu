@@ -129,7 +129,10 @@ __global__ void window_store_kernel(BatchDesc b, KvLayerView v, const float* kv)
 
 // grid (T, key tiles of kIdxKeys); 256 threads = kIdxKeys keys x (256 / kIdxKeys) head groups. Tiles of 32 keys
 // share each block's load of q among more keys (prefill); tiles of 8 spread a decode step's few tiles over 4x
-// more SMs. q rows are padded by 8 floats so that the 4 heads a warp reads at 8-key tiles fall in different banks.
+// more SMs. q rows are padded by 8 floats so that the 4 heads a warp reads at 8-key tiles fall in different banks;
+// key rows by 4, so that the float4 reads of 8 keys fall in different banks too. Each dot product runs as four
+// interleaved partial sums over float4 reads (a chain of dim / 4 dependent FMAs, not dim: at one decode token the
+// block's chain of dependent FMAs and shared loads was the kernel's time).
 template <int kIdxKeys>
 __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const float* q, const float* w, int heads,
                                                              int dim, const float* keys, int epp, int ratio,
@@ -139,7 +142,8 @@ __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const 
   extern __shared__ float sm[];
   const int qp = dim + 8;
   float* qs = sm;              // [heads][dim + 8]
-  float* ks = sm + heads * qp;  // [kIdxKeys][dim + 1]
+  const int kp = dim + 4;
+  float* ks = sm + heads * qp;  // [kIdxKeys][dim + 4]
   __shared__ float part[kGroups][kIdxKeys];
   const int t = blockIdx.x, j0 = blockIdx.y * kIdxKeys;
   const int valid = (b.tok_pos[t] + 1) / ratio;
@@ -175,13 +179,7 @@ __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const 
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         const int i = b0 + u * blockDim.x;
-        if (i < kIdxKeys * d4) {
-          float* dst = ks + (i / d4) * (dim + 1) + 4 * (i % d4);
-          dst[0] = v[u].x;
-          dst[1] = v[u].y;
-          dst[2] = v[u].z;
-          dst[3] = v[u].w;
-        }
+        if (i < kIdxKeys * d4) *reinterpret_cast<float4*>(ks + (i / d4) * kp + 4 * (i % d4)) = v[u];
       }
     }
   }
@@ -189,12 +187,27 @@ __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const 
   const int j = threadIdx.x % kIdxKeys, hg = threadIdx.x / kIdxKeys;
   const float* wt = w + size_t(t) * heads;
   float acc = 0.0f;
-  for (int h = hg; h < heads; h += kGroups) {
-    const float* qh = qs + h * qp;
-    const float* kj = ks + j * (dim + 1);
-    float v = 0.0f;
-    for (int c = 0; c < dim; ++c) v += qh[c] * kj[c];
-    acc += fmaxf(v, 0.0f) * scale * wt[h];
+  const float4* kj = reinterpret_cast<const float4*>(ks + j * kp);
+  // Two heads at a time (the key's reads shared, eight independent partial sums), added to acc in head order.
+  for (int h = hg; h < heads; h += 2 * kGroups) {
+    const int h2 = h + kGroups < heads ? h + kGroups : h;
+    const float4* q0 = reinterpret_cast<const float4*>(qs + h * qp);
+    const float4* q1 = reinterpret_cast<const float4*>(qs + h2 * qp);
+    float4 s0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), s1 = s0;
+#pragma unroll 8
+    for (int c = 0; c < dim / 4; ++c) {
+      const float4 k = kj[c], a = q0[c], b = q1[c];
+      s0.x = fmaf(a.x, k.x, s0.x);
+      s0.y = fmaf(a.y, k.y, s0.y);
+      s0.z = fmaf(a.z, k.z, s0.z);
+      s0.w = fmaf(a.w, k.w, s0.w);
+      s1.x = fmaf(b.x, k.x, s1.x);
+      s1.y = fmaf(b.y, k.y, s1.y);
+      s1.z = fmaf(b.z, k.z, s1.z);
+      s1.w = fmaf(b.w, k.w, s1.w);
+    }
+    acc += fmaxf((s0.x + s0.y) + (s0.z + s0.w), 0.0f) * scale * wt[h];
+    if (h2 != h) acc += fmaxf((s1.x + s1.y) + (s1.z + s1.w), 0.0f) * scale * wt[h2];
   }
   part[hg][j] = acc;
   __syncthreads();
@@ -389,7 +402,7 @@ cudaError_t indexer_scores(const BatchDesc& b, const float* q, const float* w, i
   // 8-key tiles when 32-key tiles would leave SMs idle (a decode step), 32-key tiles otherwise.
   const bool small = int64_t(b.T) * ((max_keys + 31) / 32) < dev::sm_count();
   const int tile = small ? 8 : 32;
-  const size_t smem = (size_t(heads) * (dim + 8) + size_t(tile) * (dim + 1)) * sizeof(float);
+  const size_t smem = (size_t(heads) * (dim + 8) + size_t(tile) * (dim + 4)) * sizeof(float);
   static bool configured = false;
   if (!configured) {
     cudaFuncSetAttribute(indexer_scores_kernel<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
