@@ -156,6 +156,9 @@ class GpuModel {
   // A decode step's W13 counts the router's choice itself before pdl_wait (MoeW4A8Chain::settled_ids), the choice
   // and the gather in two launches; MOESERVE_W13_SETTLED_IDS=0: the one fused launch, W13 waits for its counts.
   bool w13_settled_ids_ = true;
+  // Steps of at least this many tokens score the indexer on tensor cores under the checkpoint numerics
+  // (cuda::indexer_scores_bf16; MOESERVE_IDX_BF16_MIN_T overrides for A/B runs).
+  int idx_bf16_min_t_ = 1;
   static bool skinny_fp8_preferred(int M, int N, int K);
 
   // Workspace (grow-only; a growth invalidates captured graphs).
