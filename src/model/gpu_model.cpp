@@ -142,6 +142,7 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   // MOESERVE_FP8_LT=0: FP8 linears past 8 rows take the GEMV (with the FP8 activation simulation) instead of
   // cuBLASLt's block-scaled GEMM (a diagnostic, as MOESERVE_BF16_LT).
   if (const char* e = std::getenv("MOESERVE_FP8_LT"); e && std::string(e) == "0") fp8_lt_ = false;
+  if (const char* e = std::getenv("MOESERVE_IDX_BF16_MIN_T")) idx_bf16_min_t_ = std::max(1, std::atoi(e));
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&branch_ev_, cudaEventDisableTiming));
 }
 
@@ -635,8 +636,13 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   }
   if (icomp) {
     const int nc = std::max(1, (p.max_pos + 1) / icomp->ratio);
-    MOESERVE_CUDA_CHECK(cuda::indexer_scores(b, iq_, iw_, nH, id, v.index_keys, v.epp, icomp->ratio,
-                                             1.0f / std::sqrt(float(id)), nc, iscores_, nc, st));
+    // FP4-simulated queries and keys are exact in bf16: tensor cores from idx_bf16_min_t_ tokens on.
+    if (num.indexer_fp4 && T >= idx_bf16_min_t_ && cuda::indexer_scores_bf16_fits(nH, id))
+      MOESERVE_CUDA_CHECK(cuda::indexer_scores_bf16(b, iq_, iw_, nH, id, v.index_keys, v.epp, icomp->ratio,
+                                                    1.0f / std::sqrt(float(id)), nc, iscores_, nc, st));
+    else
+      MOESERVE_CUDA_CHECK(cuda::indexer_scores(b, iq_, iw_, nH, id, v.index_keys, v.epp, icomp->ratio,
+                                               1.0f / std::sqrt(float(id)), nc, iscores_, nc, st));
     MOESERVE_CUDA_CHECK(cuda::indexer_topk(b, iscores_, nc, icomp->ratio, int(c.index_topk), topk_, st));
   }
   if (par) {

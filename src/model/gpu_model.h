@@ -156,6 +156,11 @@ class GpuModel {
   // A decode step's W13 counts the router's choice itself before pdl_wait (MoeW4A8Chain::settled_ids), the choice
   // and the gather in two launches; MOESERVE_W13_SETTLED_IDS=0: the one fused launch, W13 waits for its counts.
   bool w13_settled_ids_ = true;
+  // Steps of at least this many tokens score the indexer on tensor cores under the checkpoint numerics
+  // (cuda::indexer_scores_bf16; MOESERVE_IDX_BF16_MIN_T overrides for A/B runs). One token stays on the fp32
+  // kernel: its 8-key tiles spread a short context over more SMs (V4-Flash layer at B=1, ctx 4096: 142.3 against
+  // 140.5 us; at B=8 / B=32 the tensor cores save 4 / 17 us; docs/benchmarks/cuda-ops.md, eighteenth session).
+  int idx_bf16_min_t_ = 2;
   static bool skinny_fp8_preferred(int M, int N, int K);
 
   // Workspace (grow-only; a growth invalidates captured graphs).

@@ -277,6 +277,13 @@ cudaError_t window_store(const BatchDesc& b, const KvLayerView& v, const float* 
 cudaError_t indexer_scores(const BatchDesc& b, const float* q, const float* w, int heads, int dim, const float* keys,
                            int epp, int ratio, float scale, int max_keys, float* scores, int ld,
                            cudaStream_t stream);
+// The same scores on BF16 tensor cores (indexer_scores_bf16.cu), for queries and keys whose values bf16 holds
+// exactly (the checkpoint numerics' FP4 simulation: e2m1 times a power of two); other values are rounded to bf16.
+// 64 heads of dim 128 only (indexer_scores_bf16_fits); fp32 accumulation in another order than indexer_scores.
+bool indexer_scores_bf16_fits(int heads, int dim);
+cudaError_t indexer_scores_bf16(const BatchDesc& b, const float* q, const float* w, int heads, int dim,
+                                const float* keys, int epp, int ratio, float scale, int max_keys, float* scores, int ld,
+                                cudaStream_t stream);
 // Top-k per token over its valid keys (kernels/cpu/attention.h top_k: descending score, ties to the lower
 // index): idx[t * k + j], -1 past min(k, valid). k <= 2048.
 cudaError_t indexer_topk(const BatchDesc& b, const float* scores, int ld, int ratio, int k, int* idx,

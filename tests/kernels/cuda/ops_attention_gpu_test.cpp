@@ -246,6 +246,73 @@ TEST(CudaKv, IndexerScoresAndTopK) {
   }
 }
 
+// Values as the checkpoint numerics' FP4 simulation leaves them: e2m1 times a power of two per 32-block.
+std::vector<float> fp4_values(size_t n, std::mt19937_64& g) {
+  static const float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  std::uniform_int_distribution<int> code(0, 15), expo(-4, 3);
+  std::vector<float> v(n);
+  for (size_t b = 0; b < n; b += 32) {
+    const float scale = std::ldexp(1.0f, expo(g));
+    for (size_t i = b; i < std::min(n, b + 32); ++i) {
+      const int c = code(g);
+      v[i] = (c & 8 ? -1.0f : 1.0f) * kE2m1[c & 7] * scale;
+    }
+  }
+  return v;
+}
+
+// The tensor-core scores on FP4-simulated queries and keys (exact in bf16): against the reference with the fp32
+// summation-order bound of the test above, at decode (one token, partial last tile) and prefill (each token its own
+// key count) shapes; scores past a token's keys stay untouched.
+TEST(CudaKv, IndexerScoresBf16OnFp4Values) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  EXPECT_FALSE(cuda::indexer_scores_bf16_fits(32, 128));
+  EXPECT_FALSE(cuda::indexer_scores_bf16_fits(64, 64));
+  const int heads = 64, dim = 128, ratio = 4, epp = 64;
+  struct Case { int start, count; };
+  for (Case c : {Case{8000, 1}, Case{0, 300}, Case{1021, 7}, Case{30000, 2}}) {
+    const int total = c.start + c.count, pages = (total + 255) / 256 + 1;
+    OneSeq seq(c.start, c.count, pages, g);
+    auto keys = fp4_values(size_t(pages) * epp * dim, g);
+    auto q = fp4_values(size_t(c.count) * heads * dim, g);
+    auto w = normal(size_t(c.count) * heads, g);
+    const float scale = 1.0f / std::sqrt(float(dim));
+    const int max_keys = total / ratio, ld = max_keys;
+    auto dk = dev(keys);
+    auto dq = dev(q);
+    auto dw = dev(w);
+    auto scores = poisoned<float>(size_t(c.count) * ld);
+    ASSERT_EQ(cuda::indexer_scores_bf16(seq.b, dq.data(), dw.data(), heads, dim, dk.data(), epp, ratio, scale, max_keys,
+                                        scores.data(), ld, nullptr),
+              cudaSuccess);
+    auto gs = host(scores);
+    std::vector<float> got, want, tol;
+    for (int t = 0; t < c.count; ++t) {
+      const int valid = (c.start + t + 1) / ratio;
+      std::vector<float> kk(size_t(valid) * dim), sc(static_cast<size_t>(valid));
+      for (int i = 0; i < valid; ++i)
+        std::copy_n(keys.data() + seq.slot_index(i, epp) * dim, dim, kk.begin() + size_t(i) * dim);
+      ref::indexer_scores(q.data() + size_t(t) * heads * dim, w.data() + size_t(t) * heads, heads, dim, kk.data(),
+                          valid, scale, sc.data());
+      for (int i = 0; i < valid; ++i) {
+        double a = 0;
+        for (int h = 0; h < heads; ++h) {
+          double d = 0;
+          for (int f = 0; f < dim; ++f)
+            d += std::fabs(double(q[(size_t(t) * heads + h) * dim + f]) * kk[size_t(i) * dim + f]);
+          a += d * scale * std::fabs(w[size_t(t) * heads + h]);
+        }
+        got.push_back(gs[size_t(t) * ld + i]);
+        want.push_back(sc[size_t(i)]);
+        tol.push_back(float(1e-5 * a));
+      }
+      for (int i = valid; i < ld; ++i) ASSERT_TRUE(std::isnan(gs[size_t(t) * ld + i])) << "token " << t << " key " << i;
+    }
+    expect_close(got, want, tol, "bf16 indexer scores start " + std::to_string(c.start));
+  }
+}
+
 void attention_case(int H, int hd, int ratio, bool indexed, int start, int count, int k, std::mt19937_64& g) {
   const int W = 128, cap = W, layers = 3, layer = 1, rd = 64 <= hd / 2 ? 64 : 16;
   const int total = start + count, epp = ratio ? 256 / ratio : 1, pages = (total + 255) / 256 + 1;
