@@ -401,9 +401,10 @@ void bench_indexer(const std::string& model, int S, int count, int ctx, int k) {
                                              static_cast<float*>(keys.data()), epp, ratio, 0.088f, nc,
                                              static_cast<float*>(scores.data()), nc, st));
   }, count > 64 ? 2 : 20);
-  const double bytes = double(S) * nc * dim * 4 + double(T) * nc * 4;
-  report("indexer scores fp32", model + " T=" + std::to_string(T) + (count == 1 ? " M=" + std::to_string(S) + " " : " ") + "ctx " + std::to_string(ctx), us, bytes,
-         2.0 * T * nc * heads * dim, kFp32, count == 1);
+  const double bytes = double(S) * nc * dim * 4 + double(T) * nc * 4, flops = 2.0 * T * nc * heads * dim;
+  const std::string shape =
+      model + " T=" + std::to_string(T) + (count == 1 ? " M=" + std::to_string(S) + " " : " ") + "ctx " + std::to_string(ctx);
+  report("indexer scores fp32", shape, us, bytes, flops, kFp32, count == 1);
   // The tensor-core path the engine takes under the checkpoint numerics (FP4-simulated queries and keys; the random
   // fp32 inputs here are rounded to bf16, which changes nothing in the timing).
   const double us_bf16 = time_us([&](int) {
@@ -411,8 +412,7 @@ void bench_indexer(const std::string& model, int S, int count, int ctx, int k) {
                                                   dim, static_cast<float*>(keys.data()), epp, ratio, 0.088f, nc,
                                                   static_cast<float*>(scores.data()), nc, st));
   }, count > 64 ? 2 : 20);
-  report("indexer scores bf16 mma", model + " T=" + std::to_string(T) + (count == 1 ? " M=" + std::to_string(S) + " " : " ") + "ctx " + std::to_string(ctx), us_bf16, bytes,
-         2.0 * T * nc * heads * dim, kBf16, false);
+  report("indexer scores bf16 mma", shape, us_bf16, bytes, flops, kBf16, false);
   const double us2 = time_us([&](int) {
     MOESERVE_CUDA_CHECK(cuda::indexer_topk(bt.b, static_cast<float*>(scores.data()), nc, ratio, k, idx.data(), st));
   }, count > 64 ? 2 : 20);
