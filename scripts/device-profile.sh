@@ -49,6 +49,18 @@ nsys_trace() {
   rm -f "$OUT/$tag".qdstrm "$OUT/$tag".nsys-rep "$OUT/$tag".sqlite
 }
 
+# ncu_profile BASE REGEX COMMAND...: ncu (full sections, SASS source counters, clocks as found) of the first kernel
+# matching REGEX in COMMAND; its output -> BASE.log, the details page -> BASE.txt, per-instruction counters ->
+# BASE_sass.csv (the report itself is removed: too large to bring back).
+ncu_profile() {
+  local base=$1 regex=$2
+  shift 2
+  "$NCU" --clock-control none --set full --import-source yes -k "regex:$regex" -c 1 -f -o "$base" "$@" >"$base.log" 2>&1
+  "$NCU" -i "$base.ncu-rep" --page details >"$base.txt" 2>&1
+  "$NCU" -i "$base.ncu-rep" --page source --csv --print-source sass >"$base"_sass.csv 2>&1
+  rm -f "$base.ncu-rep"
+}
+
 for what in "$@"; do
   case "$what" in
     layer | layer@*)
@@ -71,22 +83,15 @@ for what in "$@"; do
       base="$OUT/w4a8_${shape}_${T}${cfg:+_$cfg}"
       phase=(--decode "$T" --prefill -)
       if [ "$T" -ge 1024 ]; then phase=(--decode - --prefill "$T"); fi
-      "$NCU" --clock-control none --set full --import-source yes -k regex:moe_w4a8_gemm -c 1 -f -o "$base" \
-        "$BIN/bench_gpu_moe_w4a8" --profile --shape "$shape" "${phase[@]}" ${cfg:+--config "$cfg"} >"$base.log" 2>&1
-      "$NCU" -i "$base.ncu-rep" --page details >"$base.txt" 2>&1
-      "$NCU" -i "$base.ncu-rep" --page source --csv --print-source sass >"$base"_sass.csv 2>&1
-      rm -f "$base.ncu-rep"
+      ncu_profile "$base" moe_w4a8_gemm "$BIN/bench_gpu_moe_w4a8" --profile --shape "$shape" "${phase[@]}" \
+        ${cfg:+--config "$cfg"}
       echo "$what: $(grep -E 'Duration|DRAM Throughput' "$base.txt" | head -2 | tr -s ' ' | tr '\n' ' ')"
       ;;
     ncu:*)
       IFS=: read -r _ args regex <<<"$what"
       base="$OUT/ncu_${regex//[^A-Za-z0-9_]/_}"
       # shellcheck disable=SC2086
-      "$NCU" --clock-control none --set full --import-source yes -k "regex:$regex" -c 1 -f -o "$base" \
-        "$BIN/bench_gpu_ops" $args >"$base.log" 2>&1
-      "$NCU" -i "$base.ncu-rep" --page details >"$base.txt" 2>&1
-      "$NCU" -i "$base.ncu-rep" --page source --csv --print-source sass >"$base"_sass.csv 2>&1
-      rm -f "$base.ncu-rep"
+      ncu_profile "$base" "$regex" "$BIN/bench_gpu_ops" $args
       echo "$what: $(grep -E 'Duration' "$base.txt" | head -1 | tr -s ' ')"
       ;;
     *) echo "unknown profile '$what'" >&2 ;;
