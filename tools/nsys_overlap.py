@@ -10,15 +10,10 @@ usage: tools/nsys_overlap.py TRACE.csv
 """
 import collections
 import csv
-import re
 import statistics
 import sys
 
-
-def short(name):
-    name = re.sub(r'void moeserve::cuda::(<unnamed>::)?', '', name)
-    name = re.sub(r'moeserve::cuda::(<unnamed>::)?', '', name)
-    return re.sub(r'\(.*', '', name)[:60]
+from nsys_timeline import short
 
 
 def main():
@@ -27,7 +22,7 @@ def main():
     by_kind = collections.defaultdict(lambda: {'period': [], 'duration': [], 'lead': []})
     prev = None
     for r in rows:
-        kind = f"{short(r['Name'])} grid {r['GrdX']}x{r['GrdY']}x{r['GrdZ']}"
+        kind = f"{short(r['Name'], 60)} grid {r['GrdX']}x{r['GrdY']}x{r['GrdZ']}"
         start, dur = int(r['Start (ns)']), int(r['Duration (ns)'])
         end = start + dur
         k = by_kind[kind]

@@ -13,10 +13,11 @@ import re
 import sys
 
 
-def short(name):
+def short(name, width=48):
+    """A kernel's name without the namespace and the parameter list, cut to `width` characters."""
     name = re.sub(r'void moeserve::cuda::(<unnamed>::)?', '', name)
     name = re.sub(r'moeserve::cuda::(<unnamed>::)?', '', name)
-    return re.sub(r'\(.*', '', name)[:48]
+    return re.sub(r'\(.*', '', name)[:width]
 
 
 def main():
