@@ -668,6 +668,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   aa.o = o_;
   aa.partial = attn_partial_;
   aa.splits = std::min(attn_splits_max_, cuda::attention_splits(T, H, max_keys));
+  aa.keys_bf16_nope = num.kv_fp8;
   MOESERVE_CUDA_CHECK(cuda::sparse_attention(b, aa, st));
   // The window ring only has to hold this step's kv before the layer's next step: its store runs beside the
   // output projection (after the attention kernels, whose reads it would overwrite).

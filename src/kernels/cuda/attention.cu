@@ -8,8 +8,10 @@
 // for the output each lane owns float4 columns of the value rows. Splits (flash-decoding) keep the chip busy
 // for a single decode token; a combine kernel adds the sink, normalises and de-rotates. With one split the
 // block finishes itself.
+#include <algorithm>
 #include <cstdlib>
 
+#include "kernels/cuda/attention_keys.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -20,22 +22,7 @@ namespace {
 using namespace dev;
 
 constexpr int kWarps = 4;
-constexpr int kTile = 32;
-
-__device__ __forceinline__ int key_count(const AttentionArgs& a, int pos) {
-  const int nwin = min(pos + 1, a.window);
-  int ncomp = 0;
-  if (a.ratio > 0) {
-    ncomp = (pos + 1) / a.ratio;
-    if (a.topk) ncomp = min(ncomp, a.k);
-  }
-  return nwin + ncomp;
-}
-
-__device__ __forceinline__ int split_keys(int max_keys, int splits) {
-  const int per = (max_keys + splits - 1) / splits;
-  return (per + kTile - 1) / kTile * kTile;
-}
+constexpr int kTile = kKeyTile;
 
 // The rotation of the rotated pairs in the lane's float4s c0 + lane + 32 c (q = 0, 2: the float4's two pairs) at
 // position pos, for rotate_store: it depends on the position and constant tables only, so it is computed before
@@ -135,13 +122,11 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
   __shared__ const float* kptr[kTile];
   __shared__ float part_sc[DS][kWarps][HPW][kTile];  // the warps' shares of each score
   const int t = blockIdx.x, h0 = blockIdx.y * HB, split = blockIdx.z;
-  const int pos = b.tok_pos[t], s = b.tok_seq[t];
-  const int begin = b.seq_begin[s], start = b.seq_start[s], slot = b.seq_slot[s];
-  const int n = key_count(a, pos);
+  const TokenKeys tk(b, a, t);
+  const int pos = tk.pos, n = tk.n;
   const int per = split_keys(a.max_keys, a.splits);
   const int k0 = split * per, k1 = min(n, k0 + per);
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % kWarps, ds = (threadIdx.x >> 5) / kWarps;
-  const int nwin = min(pos + 1, a.window);
   const int cw0 = ds * NCW * 32;  // this warp's first output float4 column (and hd4 / DS its share of the dot)
   // Key tile copies: where hd4 divides the block, thread i copies float4 column i % hd4 of rows i / hd4 + k * step.
   const int copy_step = blockDim.x % hd4 == 0 ? blockDim.x / hd4 : 0;
@@ -169,21 +154,7 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
       __syncthreads();
       if (threadIdx.x < kTile) {
         const int j = tile + threadIdx.x;
-        const float* p = nullptr;
-        if (j < k1) {
-          if (j < nwin) {
-            const int kp = pos - nwin + 1 + j;
-            p = kp >= start ? a.kv + size_t(begin + kp - start) * hd
-                            : a.view.window +
-                                  ((size_t(slot) * a.view.num_layers + a.view.layer) * a.view.cap + kp % a.view.cap) * hd;
-          } else {
-            const int c = j - nwin;
-            const int e = a.topk ? a.topk[size_t(t) * a.k + c] : c;
-            const int page = b.page_table[size_t(s) * b.page_ld + e / a.view.epp];
-            p = a.view.compressed + (size_t(page) * a.view.epp + e % a.view.epp) * hd;
-          }
-        }
-        kptr[threadIdx.x] = p;
+        kptr[threadIdx.x] = j < k1 ? tk.row(b, a, j) : nullptr;
       }
       __syncthreads();
       if (copy_step > 0) {  // a fixed column per thread (no division per copy: the copies' address math was ~15 %
@@ -461,10 +432,35 @@ size_t attention_workspace_floats(int T, int H, int hd, int splits) {
   return splits > 1 ? size_t(T) * H * splits * (hd + 4) : 0;
 }
 
+cudaError_t attention_combine(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream) {
+  const dim3 grid(b.T * a.H), block(128);
+  switch ((a.hd + 127) / 128) {
+    case 1: return dev::launch(combine_kernel<1>, grid, block, 0, stream, b, a);
+    case 2: return dev::launch(combine_kernel<2>, grid, block, 0, stream, b, a);
+    case 3: return dev::launch(combine_kernel<3>, grid, block, 0, stream, b, a);
+    case 4: return dev::launch(combine_kernel<4>, grid, block, 0, stream, b, a);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// Whether a step takes the tensor-core kernel (where the keys allow it). By default from 2 tokens on, and at one
+// token where it attends to at least 512 keys (a C4 layer's top-k): bench_gpu_ops attention, nineteenth session,
+// one token at ctx 8192: C4 12.8 us against the fp32 kernel's 15.4, C128 (160 keys) 12.1 against 9.5; 8 tokens
+// C4 25.1 against 50.1, C128 17.1 against 22.7. MOESERVE_ATTN_MMA_MIN_T=N: from N tokens on, whatever the keys.
+static bool use_mma(int T, int max_keys) {
+  static const int min_t = [] {
+    const char* e = std::getenv("MOESERVE_ATTN_MMA_MIN_T");
+    return e ? std::max(1, std::atoi(e)) : 0;
+  }();
+  return min_t > 0 ? T >= min_t : T >= 2 || max_keys >= 512;
+}
+
 cudaError_t sparse_attention(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream) {
   if (b.T == 0) return cudaSuccess;
   if (a.H % 4 || a.hd % 4 || a.hd > 512 || a.rope_dim % 4 || a.splits < 1 || (a.splits > 1 && !a.partial))
     return cudaErrorInvalidValue;
+  if (a.keys_bf16_nope && use_mma(b.T, a.max_keys) && sparse_attention_mma_fits(a.H, a.hd, a.rope_dim, a.max_keys))
+    return sparse_attention_mma(b, a, stream);
   switch (heads_per_warp(a.H, b.T, a.max_keys)) {
     case 4: return launch_nc<4>(b, a, stream);
     case 2: return launch_nc<2>(b, a, stream);

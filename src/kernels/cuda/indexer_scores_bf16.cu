@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma_sync_bf16.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace moeserve::cuda {
@@ -22,22 +23,9 @@ constexpr int kHeads = 64, kDim = 128, kKeys = 128, kPitch = kDim + 8;  // bf16 
 constexpr int kThreads = 256;
 constexpr size_t kSmemBytes = size_t(kHeads + kKeys) * kPitch * 2;
 
-__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // Four fp32 values as bf16 into a staged row at column c (a multiple of 4).
 __device__ __forceinline__ void stage4(uint16_t* row, int c, float4 v) {
   *reinterpret_cast<uint2*>(row + c) = make_uint2(bf16x2(v.x, v.y), bf16x2(v.z, v.w));
-}
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __global__ void __launch_bounds__(kThreads) indexer_scores_bf16_kernel(BatchDesc b, const float* q, const float* w,

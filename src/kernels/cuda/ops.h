@@ -311,10 +311,20 @@ struct AttentionArgs {
   float* o = nullptr;
   float* partial = nullptr;   // workspace: attention_workspace_floats
   int splits = 1;             // key splits (flash-decoding); attention_splits picks
+  // The keys' first hd - rope_dim dims are exact in bf16 (the FP8 KV simulation of the checkpoint numerics): steps
+  // of 2 or more tokens, or over 512 or more keys, then take sparse_attention_mma (MOESERVE_ATTN_MMA_MIN_T=N: from
+  // N tokens on).
+  bool keys_bf16_nope = false;
 };
 int attention_splits(int T, int H, int max_keys);
 size_t attention_workspace_floats(int T, int H, int hd, int splits);
 cudaError_t sparse_attention(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream);
+// The same on BF16 tensor cores (attention_mma.cu), for keys whose non-rope dims are exact in bf16; the fp32 queries,
+// rope dims and probabilities enter as three bf16 terms each, so the products are exact and only the fp32 summation
+// order differs from sparse_attention. Key splits and their workspace as there (it may take fewer splits than
+// a.splits). Shapes: hd 512, rope_dim 64, H a multiple of 32, at most 2048 keys per token.
+bool sparse_attention_mma_fits(int H, int hd, int rope_dim, int max_keys);
+cudaError_t sparse_attention_mma(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream);
 
 // ------------------------------------------------------------------------------------------- MoE (moe.cu)
 // Router (model/moe.cpp): scores = act(logits) (func 0 sqrtsoftplus, 1 sigmoid, 2 softmax); experts =

@@ -313,7 +313,10 @@ TEST(CudaKv, IndexerScoresBf16OnFp4Values) {
   }
 }
 
-void attention_case(int H, int hd, int ratio, bool indexed, int start, int count, int k, std::mt19937_64& g) {
+// fp8_keys: the keys' non-rope dims FP8-simulated as the checkpoint numerics store them; then the tensor-core kernel
+// runs too, on the same inputs and against the same reference and bound.
+void attention_case(int H, int hd, int ratio, bool indexed, int start, int count, int k, std::mt19937_64& g,
+                    bool fp8_keys = false) {
   const int W = 128, cap = W, layers = 3, layer = 1, rd = 64 <= hd / 2 ? 64 : 16;
   const int total = start + count, epp = ratio ? 256 / ratio : 1, pages = (total + 255) / 256 + 1;
   OneSeq seq(start, count, pages, g);
@@ -321,6 +324,9 @@ void attention_case(int H, int hd, int ratio, bool indexed, int start, int count
   auto kv = normal(size_t(count) * hd, g);
   auto window = normal(size_t(2) * layers * cap * hd, g);
   auto comp = normal(size_t(pages) * std::max(epp, 1) * hd, g);
+  if (fp8_keys)
+    for (std::vector<float>* keys : {&kv, &window, &comp})
+      ref::fp8_block_sim(keys->data(), int64_t(keys->size()) / hd, hd, hd - rd, 64);
   auto sinks = normal(size_t(H), g);
   ref::RopeTable rope(yarn_spec(), rd);
   std::vector<int> topk;
@@ -384,19 +390,26 @@ std::vector<float> want(size_t(count) * H * hd);
                         1.0f / std::sqrt(float(hd)), out);
     rope.apply(out, H, hd, p, /*inverse=*/true);
   }
-  for (int splits : {1, cuda::attention_splits(count, H, a.max_keys), 7}) {
-    cuda::DeviceArray<float> part(std::max<size_t>(1, cuda::attention_workspace_floats(count, H, hd, splits)), "p");
-    auto o = poisoned<float>(size_t(count) * H * hd);
-    a.o = o.data();
-    a.partial = part.data();
-    a.splits = splits;
-    MOESERVE_CUDA_CHECK(cuda::sparse_attention(seq.b, a, nullptr));
-    auto go = host(o);
-    expect_close_rel(go, want, 0.0f, 2e-5f * kmax,
-                     "attention H " + std::to_string(H) + " ratio " + std::to_string(ratio) + (indexed ? " top-k" : "") +
-                         " start " + std::to_string(start) + " count " + std::to_string(count) + " splits " +
-                         std::to_string(splits));
-  }
+  // Each kernel at one split, the splits attention_splits picks, and 7 (the tensor-core kernel may take fewer).
+  using Kernel = cudaError_t (*)(const cuda::BatchDesc&, const cuda::AttentionArgs&, cudaStream_t);
+  auto check = [&](Kernel kernel, const std::string& name) {
+    for (int splits : {1, cuda::attention_splits(count, H, a.max_keys), 7}) {
+      cuda::DeviceArray<float> part(std::max<size_t>(1, cuda::attention_workspace_floats(count, H, hd, splits)), "p");
+      auto o = poisoned<float>(size_t(count) * H * hd);
+      a.o = o.data();
+      a.partial = part.data();
+      a.splits = splits;
+      MOESERVE_CUDA_CHECK(kernel(seq.b, a, nullptr));
+      expect_close_rel(host(o), want, 0.0f, 2e-5f * kmax,
+                       name + " H " + std::to_string(H) + " ratio " + std::to_string(ratio) + (indexed ? " top-k" : "") +
+                           " start " + std::to_string(start) + " count " + std::to_string(count) + " splits " +
+                           std::to_string(splits));
+    }
+  };
+  check(cuda::sparse_attention, "attention");
+  if (!fp8_keys) return;
+  ASSERT_TRUE(cuda::sparse_attention_mma_fits(H, hd, rd, a.max_keys));
+  check(cuda::sparse_attention_mma, "tensor-core attention");
 }
 
 TEST(CudaAttention, SparseAttentionWithSinks) {
@@ -411,6 +424,24 @@ TEST(CudaAttention, SparseAttentionWithSinks) {
   attention_case(64, 512, 128, false, 200, 70, 0, g);
   attention_case(128, 512, 4, true, 5000, 3, 1024, g);
   attention_case(4, 64, 4, true, 10, 9, 4, g);
+}
+
+// The tensor-core kernel on keys as the checkpoint numerics store them (FP8-simulated non-rope dims, fp32 rope
+// dims), at the shapes it serves: V4-Flash prefill chunks (C4 top-512 with partial key tiles, C128 crossing the
+// window ring, window only), one token, and V4-Pro's 128 heads. Other shapes are refused.
+TEST(CudaAttention, TensorCoresOnFp8Keys) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  EXPECT_FALSE(cuda::sparse_attention_mma_fits(64, 256, 64, 640));
+  EXPECT_FALSE(cuda::sparse_attention_mma_fits(48, 512, 64, 640));
+  EXPECT_FALSE(cuda::sparse_attention_mma_fits(64, 512, 32, 640));
+  EXPECT_FALSE(cuda::sparse_attention_mma_fits(64, 512, 64, 4096));
+  attention_case(64, 512, 4, true, 100, 48, 512, g, true);
+  attention_case(64, 512, 4, true, 3000, 40, 512, g, true);
+  attention_case(64, 512, 128, false, 200, 70, 0, g, true);
+  attention_case(64, 512, 0, false, 5, 37, 0, g, true);
+  attention_case(64, 512, 4, true, 6000, 1, 512, g, true);
+  attention_case(128, 512, 4, true, 5000, 3, 1024, g, true);
 }
 
 }  // namespace
