@@ -939,7 +939,7 @@ void GpuModel::block(GpuKvCache& cache, const Plan& p, int l) {
   const int T = p.T, D = int(c.hidden_size), hc = int(c.hc_mult), mix = int(c.hc_mix());
   const float eps = float(c.rms_norm_eps), hc_eps = float(c.hc_eps);
   const bool fuse = fuse_hc(T), last = l + 1 == int(c.num_layers);
-  const int mix_splits = cuda::hc_mix_splits(hc * D);
+  const int mix_splits = cuda::hc_mix_splits(hc * D, T);
   const int splits = fuse ? cuda::hc_post_mix_splits(hc, D) : mix_splits;
   // The attention mix: from the previous layer's fused post when there is one, else a pass of its own.
   const bool own_mix = !fuse || l == 0;

@@ -6,6 +6,8 @@
 //    streams and (fused) RMS-normalises the collapsed row with the block's norm weight;
 //  hc_post: the residual update of all streams in one pass;
 //  hc_post_mix: hc_post and the next hc_mix_partial in one pass (decode-sized steps).
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -316,6 +318,9 @@ __global__ void __launch_bounds__(kMixThreads)
 }  // namespace
 
 int hc_mix_splits(int width) { return (width + 255) / 256; }
+// Enough (split, 4-token) blocks to fill the chip, no more: every split adds a reduction of (mix + 1) values per
+// token and warp and a row of partials, so at prefill sizes the full split count cost more than the pass itself.
+int hc_mix_splits(int width, int T) { return std::max(1, std::min(hc_mix_splits(width), (1056 + T - 1) / std::max(T, 1))); }
 
 cudaError_t hc_mix_partial(const float* h, int T, int width, const float* fn, int mix, int splits, float* partial,
                            cudaStream_t stream) {

@@ -161,7 +161,8 @@ cudaError_t fill_value(float* dst, size_t n, float value, cudaStream_t stream);
 // ------------------------------------------------------------------------------------------- mHC (hc.cu)
 // Split-K partial sums of one pass over h [T, width]: partial[s][t][0..mix) = h[t] . fn[m] over split s of the
 // width, partial[s][t][mix] = sum of squares. splits * chunk >= width with chunk a multiple of 4.
-int hc_mix_splits(int width);
+int hc_mix_splits(int width);  // the most (workspace sizes); the next: the count for T tokens
+int hc_mix_splits(int width, int T);
 cudaError_t hc_mix_partial(const float* h, int T, int width, const float* fn, int mix, int splits, float* partial,
                            cudaStream_t stream);
 // hc_pre (kernels/cpu/hyper_connection.h) from the partials: pre/post/comb (Sinkhorn), collapsed = sum_j pre_j

@@ -38,12 +38,15 @@ TEST(CudaOps, HyperConnectionPreHeadPost) {
       std::vector<float> col(size_t(T) * D), post(size_t(T) * hc), comb(size_t(T) * hc * hc);
       ref::hc_pre(p, h.data(), T, col.data(), post.data(), comb.data());
       const std::string tag = " D=" + std::to_string(D) + " T=" + std::to_string(T);
+      // Decode's split count, and prefill's (hc_mix_splits(width, 4096): one split over the whole width).
+      for (int mix_splits : {splits, cuda::hc_mix_splits(width, 4096)})
       for (bool norm : {false, true}) {
+        const std::string stag = tag + " splits " + std::to_string(mix_splits);
         auto gcol = poisoned<float>(col.size());
         auto gpost = poisoned<float>(post.size());
         auto gcomb = poisoned<float>(comb.size());
-        MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(dh.data(), T, width, dfn.data(), mix, splits, partial.data(), nullptr));
-        MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial.data(), splits, dh.data(), T, hc, D, mix, db.data(), ds.data(), 20,
+        MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(dh.data(), T, width, dfn.data(), mix, mix_splits, partial.data(), nullptr));
+        MOESERVE_CUDA_CHECK(cuda::hc_pre_finish(partial.data(), mix_splits, dh.data(), T, hc, D, mix, db.data(), ds.data(), 20,
                                                 1e-6f, 1e-6f, norm ? dnw.data() : nullptr, gcol.data(), gpost.data(),
                                                 gcomb.data(), nullptr));
         std::vector<float> want = col;
@@ -55,9 +58,9 @@ TEST(CudaOps, HyperConnectionPreHeadPost) {
             for (int j = 0; j < hc; ++j) s += std::fabs(h[size_t(t) * width + size_t(j) * D + d]);
             tol[size_t(t) * D + d] = norm ? 3e-5f * (std::fabs(want[size_t(t) * D + d]) + 1.0f) : 3e-5f * s;
           }
-        expect_close(host(gcol), want, tol, std::string(norm ? "hc_pre+norm collapsed" : "hc_pre collapsed") + tag);
-        expect_close_rel(host(gpost), post, 0.0f, 2e-5f, "hc_pre post" + tag);
-        expect_close_rel(host(gcomb), comb, 0.0f, 2e-5f, "hc_pre comb" + tag);
+        expect_close(host(gcol), want, tol, std::string(norm ? "hc_pre+norm collapsed" : "hc_pre collapsed") + stag);
+        expect_close_rel(host(gpost), post, 0.0f, 2e-5f, "hc_pre post" + stag);
+        expect_close_rel(host(gcomb), comb, 0.0f, 2e-5f, "hc_pre comb" + stag);
       }
       // hc_post, in place, from the reference's post/comb.
       auto y = normal(size_t(T) * D, g);
