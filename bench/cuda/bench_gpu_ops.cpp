@@ -4,7 +4,7 @@
 // 784 TFLOP/s bf16 and 1418 TFLOP/s fp8 dense; fp32 SIMT ~60 TFLOP/s for the fp32 kernels).
 // Timing: each op's launches captured in a CUDA graph, replayed, cudaEvent time / launches; weights rotate over
 // copies larger than the L2 so that decode-shape reads come from HBM. Usage: bench_gpu_ops [filter-substring]
-// (sections: linear, chain, attention, indexer, small, moe, layer, fixture).
+// (sections: linear, chain, attention, indexer, small, moe, layer, prefill, fixture).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -428,7 +428,7 @@ void bench_indexer(const std::string& model, int S, int count, int ctx, int k) {
 
 void bench_small_ops(const std::string& model, int D, int T) {
   if (!want("small")) return;
-  const int hc = 4, mix = 24, width = hc * D, splits = cuda::hc_mix_splits(width);
+  const int hc = 4, mix = 24, width = hc * D, splits = cuda::hc_mix_splits(width, T);
   auto h = floats(size_t(T) * width), fn = floats(size_t(mix) * width, 0.01f), base = floats(mix), scale = floats(3);
   auto nw = floats(D), col = floats(size_t(T) * D), post = floats(size_t(T) * hc), comb = floats(size_t(T) * 16);
   auto part = floats(size_t(splits) * T * (mix + 1));
@@ -577,6 +577,16 @@ double layer_roofline_bytes(const io::ModelConfig& c, int B, int ctx, bool c4, b
   return w + kv;
 }
 
+// A dummy V4-Flash model of a few layers with its KV cache and one step's requests (the layer benchmarks).
+struct LayerStack {
+  std::unique_ptr<model::GpuModel> m;
+  std::unique_ptr<model::GpuKvCache> cache;
+  std::vector<cache::SequenceKv> seqs;
+  std::vector<int32_t> toks;
+  std::vector<model::ForwardRequest> reqs;
+  std::vector<int64_t> first, count;
+};
+
 void bench_layer_decode(cuda::Blas& blas) {
   if (!want("layer")) return;
   io::ModelConfig c = io::load_model_config(std::string(MOESERVE_SOURCE_DIR) + "/presets/models/deepseek-v4-flash/config.json");
@@ -594,17 +604,9 @@ void bench_layer_decode(cuda::Blas& blas) {
     // first, then timed in alternating rounds so that both see the same GPU state: timed one after the other, the
     // 2-layer graph read 500 or 545 us depending on what ran before it (SM clock at 1980 MHz in both cases; cause
     // not found), while the 4-layer one held at ~780.
-    struct Stack {
-      std::unique_ptr<model::GpuModel> m;
-      std::unique_ptr<model::GpuKvCache> cache;
-      std::vector<cache::SequenceKv> seqs;
-      std::vector<int32_t> toks;
-      std::vector<model::ForwardRequest> reqs;
-      std::vector<int64_t> first, count;
-    };
-    std::array<Stack, 2> stacks;
+    std::array<LayerStack, 2> stacks;
     for (int li = 0; li < 2; ++li) {
-      Stack& k = stacks[size_t(li)];
+      LayerStack& k = stacks[size_t(li)];
       // The checkpoint numerics, as a server of these weights runs them (FP8 activations, FP8 kv, FP4 indexer).
       k.m = model::GpuModel::dummy(c, li == 0 ? 2 : 4, cuda::WeightType::FP8, et, 3, {false, model::Numerics::checkpoint()});
       k.cache = std::make_unique<model::GpuKvCache>(k.m->kv_layout(), B, int64_t(B) * (ctx / 256 + 2));
@@ -631,7 +633,7 @@ void bench_layer_decode(cuda::Blas& blas) {
     double step[2] = {1e30, 1e30};
     for (int round = 0; round < (profile ? 1 : 4); ++round)
       for (int li = 0; li < 2; ++li) {
-        Stack& k = stacks[size_t(li)];
+        LayerStack& k = stacks[size_t(li)];
         const bool prof = profile && li == 1;
         if (prof) cudaProfilerStart();
         const float ms = bench::elapsed_ms(k.m->stream(), [&] {
@@ -653,6 +655,41 @@ void bench_layer_decode(cuda::Blas& blas) {
   layer_summary = "V4-Flash layer decode vs memory roofline:";
   for (auto& [b, p] : results) layer_summary += " " + b + " " + std::to_string(int(p + 0.5)) + "%";
   std::printf("%s\n", layer_summary.c_str());
+}
+
+// V4-Flash prefill per layer: one sequence's prompt of P tokens (positions 0 .. P - 1, one chunk) through the 2- and
+// the 4-layer dummy models (layers 2 (C4) and 3 (C128) are the difference), MXFP4 experts, the checkpoint numerics
+// as a server of these weights runs them. Best of 3 alternating rounds; the difference halved.
+void bench_layer_prefill() {
+  if (!want("prefill")) return;
+  io::ModelConfig c = io::load_model_config(std::string(MOESERVE_SOURCE_DIR) + "/presets/models/deepseek-v4-flash/config.json");
+  for (int P : {4096}) {
+    std::array<LayerStack, 2> stacks;
+    for (int li = 0; li < 2; ++li) {
+      LayerStack& k = stacks[size_t(li)];
+      k.m = model::GpuModel::dummy(c, li == 0 ? 2 : 4, cuda::WeightType::FP8, cuda::WeightType::MXFP4, 3,
+                                   {false, model::Numerics::checkpoint()});
+      k.cache = std::make_unique<model::GpuKvCache>(k.m->kv_layout(), 1, int64_t(P / 256 + 2));
+      k.seqs.push_back(k.cache->host().open_sequence());
+      k.cache->host().reserve(k.seqs[0], P);
+      for (int i = 0; i < P; ++i) k.toks.push_back(int32_t(5 + (i * 7919) % int(c.vocab_size - 5)));
+      k.reqs.push_back({&k.seqs[0], std::span<const int32_t>(k.toks), false, false});
+      k.m->forward_async(*k.cache, k.reqs, &k.first, &k.count);  // warm-up (workspaces, cuBLASLt plans)
+      MOESERVE_CUDA_CHECK(cudaStreamSynchronize(k.m->stream()));
+    }
+    double t[2] = {1e30, 1e30};
+    for (int round = 0; round < 3; ++round)
+      for (int li = 0; li < 2; ++li) {
+        LayerStack& k = stacks[size_t(li)];
+        t[li] = std::min(t[li], double(bench::elapsed_ms(k.m->stream(), [&] {
+                                  k.m->forward_async(*k.cache, k.reqs, &k.first, &k.count);
+                                })));
+      }
+    const double per_layer = (t[1] - t[0]) / 2.0;
+    std::printf("| V4-Flash prefill / layer, mxfp4 experts | P=%d (C4+C128 avg) | %9.3f ms | %.0f tokens/s per layer "
+                "| (2 layers + embed/head %.2f ms, 4 layers %.2f ms) |\n",
+                P, per_layer, 1000.0 * P / per_layer, t[0], t[1]);
+  }
 }
 
 // End to end on a committed fixture (the peer: HF transformers' eager forward, tools/torch_peers.py): prefill
@@ -738,6 +775,7 @@ int main(int argc, char** argv) {
   for (int T : {1, 8, 32, 64}) bench_moe("flash", 256, 4096, 2048, T, true);
   bench_moe("pro", 384, 7168, 3072, 1, true);
   bench_layer_decode(blas);
+  bench_layer_prefill();
   bench_fixture();
   std::printf("decode ops >= 8 MB at M=1 reaching >= 60%% of roofline: %d of %d; %s\n", rows_ge8mb_ok, rows_ge8mb,
               layer_summary.c_str());
