@@ -343,7 +343,8 @@ struct Batch {
 };
 
 void bench_attention(const std::string& model, int H, int S, int count, int ctx, int ratio, bool indexed, int topk) {
-  if (!want("attention") && !(count > 1 && want("attention-prefill"))) return;  // the latter for profiles
+  // "attention-pf": only the prefill rows (for profiles; a name that the filter "prefill" does not select).
+  if (!want("attention") && !(count > 1 && want("attention-pf"))) return;
   const int hd = 512, W = 128, T = S * count, epp = ratio ? 256 / ratio : 1;
   const int pages = (ctx + 255) / 256 + 1;
   Batch bt(S, count, ctx - 1, pages);
