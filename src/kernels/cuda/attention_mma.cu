@@ -45,14 +45,6 @@ constexpr int kMaxKeys = 2048;                           // keys per split (thei
 constexpr size_t kSmemBytes = kQBytes + kKBytes + kStageBytes + kXBytes + size_t(kMaxKeys) * 4 + 8;
 static_assert(kQBytes % 16 == 0 && kKBytes % 16 == 0 && kSmemBytes <= 232448, "shared memory");
 
-// (lo, hi) = t1 + t2 + t3 exactly, as three bf16 pairs (each remainder is exact in fp32).
-__device__ __forceinline__ void split3(float lo, float hi, uint32_t& t1, uint32_t& t2, uint32_t& t3) {
-  t1 = bf16x2(lo, hi);
-  const float rl = lo - __uint_as_float(t1 << 16), rh = hi - __uint_as_float(t1 & 0xffff0000u);
-  t2 = bf16x2(rl, rh);
-  t3 = bf16x2(rl - __uint_as_float(t2 << 16), rh - __uint_as_float(t2 & 0xffff0000u));
-}
-
 struct Block {
   const BatchDesc& b;
   const AttentionArgs& a;

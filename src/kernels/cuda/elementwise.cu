@@ -1,6 +1,7 @@
 // Elementwise and row-wise ops of the forward (kernels/cuda/ops.h): embedding, RMSNorm, RoPE (with the fused
 // per-head norm of q), the quantization simulations, the FP8 activation quantizer, ape, SwiGLU.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma_sync_bf16.cuh"
 #include "kernels/cuda/ops.h"
 
 #include <algorithm>
@@ -363,6 +364,24 @@ __global__ void to_bf16_split_kernel(const float* x, int M, int K, int ldx, uint
   }
 }
 
+// The same, four values per thread where rows are whole float4s (K and ldx multiples of 4, x 16-byte aligned): one
+// 16-byte load and an 8-byte store per term instead of four 4-byte loads and 2-byte stores each, and one division.
+__global__ void to_bf16_split4_kernel(const float* x, int M, int K, int ldx, uint16_t* hi, uint16_t* lo,
+                                      uint16_t* lo2) {
+  dev::pdl_begin();
+  const int K4 = K / 4;
+  const size_t q = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (q >= size_t(M) * K4) return;
+  const int m = int(q / K4), k = 4 * int(q % K4);
+  const float4 v = *reinterpret_cast<const float4*>(x + size_t(m) * ldx + k);
+  uint32_t a1, a2, a3, b1, b2, b3;
+  split3(v.x, v.y, a1, a2, a3);
+  split3(v.z, v.w, b1, b2, b3);
+  reinterpret_cast<uint2*>(hi)[q] = make_uint2(a1, b1);
+  reinterpret_cast<uint2*>(lo)[q] = make_uint2(a2, b2);
+  if (lo2) reinterpret_cast<uint2*>(lo2)[q] = make_uint2(a3, b3);
+}
+
 // One thread per output: the parts added in order.
 __global__ void add_parts_kernel(const float* parts, int count, size_t stride, int M, int N, int ld, float* y,
                                  int ldy) {
@@ -540,6 +559,10 @@ cudaError_t to_bf16(const float* x, int M, int K, int ldx, uint16_t* out, cudaSt
 cudaError_t to_bf16_split(const float* x, int M, int K, int ldx, uint16_t* hi, uint16_t* lo, cudaStream_t stream,
                           uint16_t* lo2) {
   if (M == 0) return cudaSuccess;
+  const auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
+  if (K % 4 == 0 && ldx % 4 == 0 && aligned(x, 16) && aligned(hi, 8) && aligned(lo, 8) && aligned(lo2, 8))
+    return dev::launch(to_bf16_split4_kernel, dim3(blocks_for(size_t(M) * (K / 4), 256)), dim3(256), 0, stream, x, M,
+                       K, ldx, hi, lo, lo2);
   return dev::launch(to_bf16_split_kernel, dim3(blocks_for(size_t(M) * K, 256)), dim3(256), 0, stream, x, M, K, ldx,
                      hi, lo, lo2);
 }

@@ -13,6 +13,15 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// (lo, hi) = t1 + t2 + t3 exactly, as three bf16 pairs: each term the bf16 rounding of what the ones before left
+// (every remainder is exact in fp32, and three terms hold all 24 bits).
+__device__ __forceinline__ void split3(float lo, float hi, uint32_t& t1, uint32_t& t2, uint32_t& t3) {
+  t1 = bf16x2(lo, hi);
+  const float rl = lo - __uint_as_float(t1 << 16), rh = hi - __uint_as_float(t1 & 0xffff0000u);
+  t2 = bf16x2(rl, rh);
+  t3 = bf16x2(rl - __uint_as_float(t2 << 16), rh - __uint_as_float(t2 & 0xffff0000u));
+}
+
 // c += a (16 x 16, row-major fragment) * b (16 x 8, column-major fragment b0, b1).
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(

@@ -206,33 +206,37 @@ TEST(CudaOps, Fp8WeightsToBf16) {
 // fp32 activations as bf16 terms (the fast path's stand-in for an fp32-input GEMM): hi, lo and lo2 are the host's
 // bf16 roundings of x, x - hi and x - hi - lo; hi + lo is within 2^-16 |x| of x (two bf16 roundings: 2^-9 of 2^-8
 // at most), hi + lo + lo2 within 2^-26 |x| (the remainders are exact in fp32).
+// Rows of whole float4s (the four-per-thread kernel) and not (one value per thread).
 TEST(CudaOps, Bf16SplitCarriesSixteenAndTwentyFourBits) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
-  const int M = 37, K = 300, ldx = 304;
-  auto x = normal(size_t(M) * ldx, g, 3.0f);
-  auto dx = dev(x);
-  for (bool three : {false, true}) {
-    cuda::DeviceArray<uint16_t> hi(size_t(M) * K, "hi"), lo(size_t(M) * K, "lo"), lo2(size_t(M) * K, "lo2");
-    MOESERVE_CUDA_CHECK(
-        cuda::to_bf16_split(dx.data(), M, K, ldx, hi.data(), lo.data(), nullptr, three ? lo2.data() : nullptr));
-    std::vector<uint16_t> h(hi.size()), l(lo.size()), l2(lo2.size());
-    cuda::copy_to_host(h.data(), hi.data(), h.size() * 2, nullptr, "hi");
-    cuda::copy_to_host(l.data(), lo.data(), l.size() * 2, nullptr, "lo");
-    if (three) cuda::copy_to_host(l2.data(), lo2.data(), l2.size() * 2, nullptr, "lo2");
-    for (int m = 0; m < M; ++m)
-      for (int k = 0; k < K; ++k) {
-        const float v = x[size_t(m) * ldx + k];
-        const size_t i = size_t(m) * K + k;
-        ASSERT_EQ(h[i], f32_to_bf16(v)) << "hi at " << m << "," << k;
-        const float r = v - bf16_to_f32(h[i]);
-        ASSERT_EQ(l[i], f32_to_bf16(r)) << "lo at " << m << "," << k;
-        ASSERT_LE(std::fabs(v - (bf16_to_f32(h[i]) + bf16_to_f32(l[i]))), std::ldexp(std::fabs(v), -16));
-        if (!three) continue;
-        ASSERT_EQ(l2[i], f32_to_bf16(r - bf16_to_f32(l[i]))) << "lo2 at " << m << "," << k;
-        const double sum = double(bf16_to_f32(h[i])) + bf16_to_f32(l[i]) + bf16_to_f32(l2[i]);
-        ASSERT_LE(std::fabs(double(v) - sum), std::ldexp(std::fabs(double(v)), -26)) << "at " << m << "," << k;
-      }
+  struct Shape { int M, K, ldx; };
+  for (Shape sh : {Shape{37, 300, 304}, Shape{37, 301, 303}}) {
+    const int M = sh.M, K = sh.K, ldx = sh.ldx;
+    auto x = normal(size_t(M) * ldx, g, 3.0f);
+    auto dx = dev(x);
+    for (bool three : {false, true}) {
+      cuda::DeviceArray<uint16_t> hi(size_t(M) * K, "hi"), lo(size_t(M) * K, "lo"), lo2(size_t(M) * K, "lo2");
+      MOESERVE_CUDA_CHECK(
+          cuda::to_bf16_split(dx.data(), M, K, ldx, hi.data(), lo.data(), nullptr, three ? lo2.data() : nullptr));
+      std::vector<uint16_t> h(hi.size()), l(lo.size()), l2(lo2.size());
+      cuda::copy_to_host(h.data(), hi.data(), h.size() * 2, nullptr, "hi");
+      cuda::copy_to_host(l.data(), lo.data(), l.size() * 2, nullptr, "lo");
+      if (three) cuda::copy_to_host(l2.data(), lo2.data(), l2.size() * 2, nullptr, "lo2");
+      for (int m = 0; m < M; ++m)
+        for (int k = 0; k < K; ++k) {
+          const float v = x[size_t(m) * ldx + k];
+          const size_t i = size_t(m) * K + k;
+          ASSERT_EQ(h[i], f32_to_bf16(v)) << "hi at " << m << "," << k;
+          const float r = v - bf16_to_f32(h[i]);
+          ASSERT_EQ(l[i], f32_to_bf16(r)) << "lo at " << m << "," << k;
+          ASSERT_LE(std::fabs(v - (bf16_to_f32(h[i]) + bf16_to_f32(l[i]))), std::ldexp(std::fabs(v), -16));
+          if (!three) continue;
+          ASSERT_EQ(l2[i], f32_to_bf16(r - bf16_to_f32(l[i]))) << "lo2 at " << m << "," << k;
+          const double sum = double(bf16_to_f32(h[i])) + bf16_to_f32(l[i]) + bf16_to_f32(l2[i]);
+          ASSERT_LE(std::fabs(double(v) - sum), std::ldexp(std::fabs(double(v)), -26)) << "at " << m << "," << k;
+        }
+    }
   }
 }
 
