@@ -18,9 +18,11 @@ namespace {
 using namespace dev;
 
 constexpr int kMixThreads = 256;
-constexpr int kMixTokens = 4;  // tokens per block: fn is read once per 4 tokens
+// Tokens per block: fn is read once per block. 4 for decode-sized steps (more blocks), 8 from kMixWideT tokens on,
+// where the pass is bound by re-reading fn from L2 (1.6 GB for 4096 tokens at 4 per block).
+constexpr int kMixTokensWide = 8, kMixWideT = 2048;
 
-template <int MIX>
+template <int MIX, int kMixTokens>
 __global__ void __launch_bounds__(kMixThreads) hc_mix_kernel(const float* h, int T, int width, const float* fn,
                                                               int chunk, float* partial) {
   dev::pdl_begin();
@@ -326,11 +328,17 @@ cudaError_t hc_mix_partial(const float* h, int T, int width, const float* fn, in
                            cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   const int chunk = (width + splits - 1) / splits;
-  dim3 grid(splits, (T + kMixTokens - 1) / kMixTokens);
-  if (mix == 24)
-    dev::launch(hc_mix_kernel<24>, dim3(grid), dim3(kMixThreads), 0, stream, h, T, width, fn, chunk, partial);
+  const bool wide = T >= kMixWideT;
+  const int tok = wide ? kMixTokensWide : 4;
+  const dim3 grid(splits, (T + tok - 1) / tok), block(kMixThreads);
+  if (mix == 24 && wide)
+    dev::launch(hc_mix_kernel<24, kMixTokensWide>, grid, block, 0, stream, h, T, width, fn, chunk, partial);
+  else if (mix == 24)
+    dev::launch(hc_mix_kernel<24, 4>, grid, block, 0, stream, h, T, width, fn, chunk, partial);
+  else if (mix == 4 && wide)
+    dev::launch(hc_mix_kernel<4, kMixTokensWide>, grid, block, 0, stream, h, T, width, fn, chunk, partial);
   else if (mix == 4)
-    dev::launch(hc_mix_kernel<4>, dim3(grid), dim3(kMixThreads), 0, stream, h, T, width, fn, chunk, partial);
+    dev::launch(hc_mix_kernel<4, 4>, grid, block, 0, stream, h, T, width, fn, chunk, partial);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();
