@@ -381,7 +381,7 @@ cudaError_t launch(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stre
     dev::launch(attention_kernel<HPW, NC, DS>, dim3(grid), dim3(kWarps * 32 * DS), smem, stream, b, a);
   else
     dev::launch(attention_kernel<HPW, NC, 1>, dim3(grid), dim3(kWarps * 32), smem, stream, b, a);
-  if (a.splits > 1) dev::launch(combine_kernel<NC>, dim3(b.T * a.H), dim3(128), 0, stream, b, a);
+  if (a.splits > 1) attention_combine(b, a, stream);  // combine_kernel<NC>: it picks NC from hd as launch_nc does
   return cudaGetLastError();
 }
 
