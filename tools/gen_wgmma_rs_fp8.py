@@ -9,7 +9,7 @@ import sys
 
 SS = "--ss" in sys.argv[1:]
 BF16 = "--bf16" in sys.argv[1:]
-NS = [8, 16, 32, 64] if SS else [8, 16, 32, 64, 96, 128] if BF16 else [8, 16, 32, 64, 128]
+NS = [8, 16, 32, 64] if SS else [8, 16, 32, 64, 96, 128] if BF16 else [8, 16, 32, 64, 96, 128, 160]
 name = "SsFp8" if SS else "RsBf16" if BF16 else "RsFp8"
 shape_k, types, trans = ("k16", "bf16.bf16", ", 0") if BF16 else ("k32", "e4m3.e4m3", "")
 if BF16:

@@ -139,7 +139,7 @@ struct Cfg {
   static constexpr int kSchedBytes = (3 * kMaxExperts + 1) * 4;
   static constexpr int kBarBytes = 2 * S * 8;
   static constexpr int kSmemBytes = 1024 /*align slack*/ + S * kStageBytes + kStagingBytes + kBarBytes + kSchedBytes;
-  static_assert(BN % 8 == 0 && BN <= 128, "wgmma N");
+  static_assert(BN % 8 == 0 && BN <= 160, "wgmma N (the generated wrappers go to 160)");
   static_assert(kConsumerRegs >= 24 && kProducerRegs >= 24 && kEntryRegs >= 24, "register split");
   // Convert the next group while the current group's wgmmas run (a second A-fragment set in registers). On by
   // default up to 64 tokens; the "_pf" configs turn it on at 128 (168 registers, no spill), which made every
@@ -632,6 +632,11 @@ const Launcher kLaunchers[] = {
     // session's sweep measured every prefill shape 8-23 % slower).
     make_launcher<Cfg<128, 2, 1, 5, 1, true>>("bn128_wg2_g1_s5_pf"),
     make_launcher<Cfg<128, 2, 1, 4, 1, true>>("bn128_wg2_g1_s4_pf"),
+    // Other token tiles for prefill (twentieth session's sweep, moe-w4a8.md): 96 for ~64-96 rows per expert (V4-Pro
+    // at 4K tokens: 8-16 % faster than 128 or 64), 160 spreads each group's conversion over more tokens (V4-Flash W2
+    // at 32K: 5 %). 192 tokens without the second fragment set spilled and never won; not kept.
+    make_launcher<Cfg<96, 2, 1, 5, 1, true>>("bn96_wg2_g1_s5_pf"),
+    make_launcher<Cfg<160, 2, 1, 4, 1, true>>("bn160_wg2_g1_s4_pf"),
     // More warps in flight per SM for decode (ncu: 21 % occupancy at 3 CTAs of one consumer warpgroup).
     // (5 CTAs of bn8_wg1 would need <= 72 registers and spill.)
     make_launcher<Cfg<8, 1, 2, 4, 4>>("bn8_wg1_g2_s4_m4"), make_launcher<Cfg<8, 2, 2, 4, 2>>("bn8_wg2_g2_s4"),

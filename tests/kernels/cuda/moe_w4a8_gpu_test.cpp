@@ -383,7 +383,7 @@ TEST(MoeW4A8Gpu, DispatchTableByRoutedSlots) {
       const cuda::MoeW4A8Config& c = cuda::moe_w4a8_config(id);
       EXPECT_TRUE(cuda::moe_w4a8_config_fits(id, sh[1], sh[2])) << c.name << " T " << T;
       if (T <= 256) EXPECT_LE(c.block_tokens, 32) << c.name << " T " << T << " N " << sh[1];
-      if (T >= 4096) EXPECT_EQ(c.block_tokens, 128) << c.name << " T " << T << " N " << sh[1];
+      if (T >= 4096) EXPECT_GE(c.block_tokens, 96) << c.name << " T " << T << " N " << sh[1];  // the prefill tiles
     }
   auto name = [](int id) { return std::string(cuda::moe_w4a8_config(id).name); };
   EXPECT_EQ(name(cuda::moe_w4a8_pick_config_for("other GPU", 256, 4096, 4096, 6)), "bn8_wg1_g2_s5");
