@@ -192,16 +192,8 @@ void set_weights(cuda::GemvArgs& a, cuda::WeightType type, const void* w, const 
 // GEMV args of G problems of N x K FP8 weights (w set per launch), each on its own K-slice of x's M rows and writing
 // its own N columns of y (G = 1: one dense problem).
 cuda::GemvArgs grouped_args(int G, int N, int K, const float* row_scale, const float* x, float* y, int M) {
-  cuda::GemvArgs a;
+  cuda::GemvArgs a = cuda::gemv_args_on_slices(G, N, K, x, y, M);
   set_weights(a, cuda::WeightType::FP8, nullptr, row_scale, N, K, (K + 127) / 128);
-  a.x = x;
-  a.ldx = G * K;
-  a.x_stride = K;
-  a.y = y;
-  a.ldy = G * N;
-  a.y_stride = N;
-  a.M = M;
-  a.problems = G;
   return a;
 }
 

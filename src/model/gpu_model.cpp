@@ -697,16 +697,8 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
                                                     wa.blk_ld, olora, group_in, grouped_, G * olora, work, wsn, st,
                                                     terms));
   } else if (options_.exact || T <= kSkinnyRows) {
-    cuda::GemvArgs a;
+    cuda::GemvArgs a = cuda::gemv_args_on_slices(G, olora, group_in, o_, grouped_, T);  // H * hd = G * group_in
     set_weights(a, wa, olora, group_in);  // group g: rows [g*olora, (g+1)*olora) of wo_a
-    a.x = o_;
-    a.ldx = H * hd;
-    a.x_stride = group_in;
-    a.y = grouped_;
-    a.ldy = G * olora;
-    a.y_stride = olora;
-    a.M = T;
-    a.problems = G;
     MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
   } else {
     // The reference's grouped projection is an einsum on the dequantized weight with an unquantized input

@@ -217,6 +217,19 @@ bool vectorized(const GemvArgs& a) {
 
 }  // namespace
 
+GemvArgs gemv_args_on_slices(int G, int N, int K, const float* x, float* y, int M) {
+  GemvArgs a;
+  a.x = x;
+  a.ldx = G * K;
+  a.x_stride = K;
+  a.y = y;
+  a.ldy = G * N;
+  a.y_stride = N;
+  a.M = M;
+  a.problems = G;
+  return a;
+}
+
 bool gemv_fuses_act_fp8(const GemvArgs& a) {
   const bool one_row = a.group_count ? a.max_group_rows == 1 : a.M == 1;
   return one_row && a.K % 128 == 0 && vectorized(a);

@@ -236,6 +236,9 @@ struct GemvArgs {
 // One row over FP8 weights (dense M == 1, or groups of one row) runs the streaming kernel (gemv_stream.h;
 // MOESERVE_GEMV_STREAM=0: not).
 cudaError_t gemv(const GemvArgs& args, cudaStream_t stream);
+// The activation layout of G problems on K-slices of M rows (the grouped low-rank output projection wo_a): problem g
+// reads x[m][g K, (g + 1) K) and writes y[m][g N, (g + 1) N). The weight fields are the caller's.
+GemvArgs gemv_args_on_slices(int G, int N, int K, const float* x, float* y, int M);
 // Whether gemv can apply act_fp8 on the load: one row per pass (M == 1, or grouped with max_group_rows == 1:
 // with more rows the per-load simulation costs more issue than the weight stream leaves), the vectorized path
 // (16-byte aligned rows) and K % 128 == 0.
