@@ -142,8 +142,8 @@ struct Cfg {
   static_assert(BN % 8 == 0 && BN <= 160, "wgmma N (the generated wrappers go to 160)");
   static_assert(kConsumerRegs >= 24 && kProducerRegs >= 24 && kEntryRegs >= 24, "register split");
   // Convert the next group while the current group's wgmmas run (a second A-fragment set in registers). On by
-  // default up to 64 tokens; the "_pf" configs turn it on at 128 (168 registers, no spill), which made every
-  // prefill shape 8-23 % faster on the H200 (docs/benchmarks/moe-w4a8.md, eleventh session).
+  // default up to 64 tokens; the "_pf" configs turn it on at 128 (ptxas 13.0: 4 bytes spilled at the consumers'
+  // 232 registers), which made every prefill shape 8-23 % faster on the H200 (moe-w4a8.md, eleventh session).
   static constexpr bool kPrefetch = PF_;
   static_assert(kSmemBytes <= 232448, "shared memory");
 };
