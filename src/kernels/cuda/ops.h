@@ -288,8 +288,9 @@ bool indexer_scores_bf16_fits(int heads, int dim);
 cudaError_t indexer_scores_bf16(const BatchDesc& b, const float* q, const float* w, int heads, int dim,
                                 const float* keys, int epp, int ratio, float scale, int max_keys, float* scores, int ld,
                                 cudaStream_t stream);
-// Top-k per token over its valid keys (kernels/cpu/attention.h top_k: descending score, ties to the lower
-// index): idx[t * k + j], -1 past min(k, valid). k <= 2048.
+// Top-k per token over its valid keys: the set kernels/cpu/attention.h top_k chooses (the k largest scores, ties
+// to the lower index), written in ascending index order (the attention's sum is order-free up to rounding, and
+// no sort is needed): idx[t * k + j], -1 past min(k, valid).
 cudaError_t indexer_topk(const BatchDesc& b, const float* scores, int ld, int ratio, int k, int* idx,
                          cudaStream_t stream);
 
