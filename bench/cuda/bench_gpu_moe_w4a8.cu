@@ -234,6 +234,26 @@ std::string fmt_us(double us) {
 
 int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
+// The sweep's split candidates (cuda::MoeW4A8Split): a wide tile for the experts above 1x, 2x or 4x the table
+// config's token tile.
+const std::vector<const char*> kSplitBig = {"bn32_wg2_g2_s7", "bn64_wg2_g1_s8", "bn128_wg2_g1_s5_pf"};
+constexpr int kSplitRows = 3;
+
+std::string split_name(int config, const cuda::MoeW4A8Split& split) {
+  std::string name = cuda::moe_w4a8_config(config).name;
+  if (split.config >= 0) name += std::string("+") + cuda::moe_w4a8_config(split.config).name + ">" + std::to_string(split.rows);
+  return name;
+}
+
+// Name of the tuning vector's entry c (configs, then splits of the table's config `pick`).
+std::string candidate_name(int c, int pick) {
+  const int singles = cuda::moe_w4a8_config_count();
+  if (c < singles) return cuda::moe_w4a8_config(c).name;
+  const int b = (c - singles) / kSplitRows, r = (c - singles) % kSplitRows;
+  return split_name(pick, {cuda::moe_w4a8_config_by_name(kSplitBig[size_t(b)]),
+                           cuda::moe_w4a8_config(pick).block_tokens << r});
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // cuBLASLt peer: per-expert block-scaled FP8 GEMMs through cuda::Blas::gemm_fp8_block, the configuration the
 // CUDA backend runs on the H200 (CudaGemm.CublasLtBf16AndFp8BlockScaled). Column-major view: A = the expert's W
@@ -449,6 +469,7 @@ int main(int argc, char** argv) {
   std::vector<Result> results;
   // tuning: per (shape, routed slots, config) summed relative time over the routings
   std::map<std::pair<std::string, int>, std::vector<double>> tune_acc;
+  std::map<std::pair<std::string, int>, int> tune_pick;  // the table's config of each key when the sweep ran
 
   for (const Shape& sh : kShapes) {
     if (!only_shape.empty() ? only_shape != sh.name : profile && std::strcmp(sh.name, "pro_w13") != 0) continue;
@@ -521,14 +542,15 @@ int main(int argc, char** argv) {
           };
           const int batch = decode ? R : 1;
           const int reps = quick || profile ? 3 : 5;
-          auto run = [&](int cfg, int reps) {
+          auto run = [&](int cfg, int reps, cuda::MoeW4A8Split split = {}) {
             return time_calls(
                 [&](int i, cudaStream_t st) {
                   cudaError_t err = decode ? cuda::moe_grouped_gemm_w4a8_masked(W, in, dcounts[i % nsets], cap, y,
                                                                                cuda::MoeOutType::BF16, slots, cfg, st,
-                                                                               decode_chain)
+                                                                               decode_chain, split)
                                            : cuda::moe_grouped_gemm_w4a8_contiguous(W, in, dcounts[i % nsets], y,
-                                                                                   cuda::MoeOutType::BF16, slots, cfg, st);
+                                                                                   cuda::MoeOutType::BF16, slots, cfg, st,
+                                                                                   {}, split);
                   CK(err);
                 },
                 batch, reps, stream);
@@ -551,8 +573,10 @@ int main(int argc, char** argv) {
             continue;
           }
           Result res{sh.name, decode ? "decode" : "prefill", routing, T, 0, 0, 0, "", "", 0, 0, 0, 0, 0, 0};
-          if (!peer_only) res.pick_ms = run(pick, reps);
-          res.pick_cfg = cuda::moe_w4a8_config(pick).name;
+          const cuda::MoeW4A8Split pick_split =
+              force_config.empty() ? cuda::moe_w4a8_pick_split(E, N, K, slots) : cuda::MoeW4A8Split{};
+          if (!peer_only) res.pick_ms = run(pick, reps, pick_split);
+          res.pick_cfg = split_name(pick, pick_split);
           res.best_ms = res.pick_ms;
           res.best_cfg = res.pick_cfg;
           if (sweep) {
@@ -572,9 +596,28 @@ int main(int argc, char** argv) {
                 res.best_cfg = cuda::moe_w4a8_config(c).name;
               }
             }
+            // Splits by expert load (decode from 16 tokens): the table's config for the small experts, each wide
+            // tile for those above a row threshold. Entry kSingles + b * kSplitRows + r of the tuning vector.
+            const int singles = cuda::moe_w4a8_config_count();
+            t.resize(singles + kSplitBig.size() * kSplitRows, 1e30);
+            if (decode && T >= 16) {
+              const int pick_bn = cuda::moe_w4a8_config(pick).block_tokens;
+              for (size_t b = 0; b < kSplitBig.size(); ++b)
+                for (int r = 0; r < kSplitRows; ++r) {
+                  const cuda::MoeW4A8Split sp{cuda::moe_w4a8_config_by_name(kSplitBig[b]), pick_bn << r};
+                  if (sp.config < 0 || !cuda::moe_w4a8_config_fits(sp.config, N, K)) continue;
+                  const size_t c = singles + b * kSplitRows + r;
+                  t[c] = run(pick, 3, sp);
+                  if (t[c] < res.best_ms) {
+                    res.best_ms = t[c];
+                    res.best_cfg = split_name(pick, sp);
+                  }
+                }
+            }
+            tune_pick[{sh.name, slots}] = pick;
             std::string line;  // every timed config of this case, for reading the sweep
             for (size_t c = 0; c < t.size(); ++c)
-              if (t[c] < 1e29) line += std::string(" ") + cuda::moe_w4a8_config(int(c)).name + "=" + fmt_us(t[c] * 1e3);
+              if (t[c] < 1e29) line += " " + candidate_name(int(c), pick) + "=" + fmt_us(t[c] * 1e3);
             std::printf("  sweep %s %s %s T=%d:%s\n", sh.name, decode ? "decode" : "prefill", routing,
                         T, line.c_str());
             auto& acc = tune_acc[{sh.name, slots}];
@@ -699,7 +742,8 @@ int main(int argc, char** argv) {
   if (sweep) {
     std::string table =
         "// Generated by `bench_gpu_moe_w4a8 --tune` (bench/cuda/bench_gpu_moe_w4a8.cu); do not edit by hand.\n"
-        "// {gpu name, E, N, K, largest routed slots (tokens x 6) of the entry, config name}: the config fastest over\n"
+        "// {gpu name, E, N, K, largest routed slots (tokens x 6) of the entry, config name, split config name or\n"
+        "// nullptr, split rows}: the config (and MoeW4A8Split: experts of more rows on the split config) fastest over\n"
         "// top-6 routing of uniform and Zipf(1.1) token->expert distributions" +
         std::string(routing_file.empty() ? "" : " and a recorded run's load shares (" + routing_file + ")") +
         " at the entry's token count.\n";
@@ -708,13 +752,22 @@ int main(int argc, char** argv) {
       for (const auto& [key, acc] : tune_acc) {
         if (key.first != sh.name) continue;
         const int best = int(std::min_element(acc.begin(), acc.end()) - acc.begin());
-        rows.push_back({key.second, cuda::moe_w4a8_config(best).name});
+        const int singles = cuda::moe_w4a8_config_count();
+        std::string entry;  // "config", "split config" or nullptr, split rows
+        if (best < singles) {
+          entry = std::string("\"") + cuda::moe_w4a8_config(best).name + "\", nullptr, 0";
+        } else {
+          const int pick = tune_pick.at(key), b = (best - singles) / kSplitRows, r = (best - singles) % kSplitRows;
+          entry = std::string("\"") + cuda::moe_w4a8_config(pick).name + "\", \"" + kSplitBig[size_t(b)] + "\", " +
+                  std::to_string(cuda::moe_w4a8_config(pick).block_tokens << r);
+        }
+        rows.push_back({key.second, entry});
       }
       std::sort(rows.begin(), rows.end());
       for (size_t i = 0; i < rows.size(); ++i) {
-        char line[256];
+        char line[320];
         const bool last = i + 1 == rows.size();
-        std::snprintf(line, sizeof line, "{\"%s\", %d, %d, %d, %s, \"%s\"},\n", gpu.c_str(), sh.E, sh.N, sh.K,
+        std::snprintf(line, sizeof line, "{\"%s\", %d, %d, %d, %s, %s},\n", gpu.c_str(), sh.E, sh.N, sh.K,
                       last ? "INT_MAX" : std::to_string(rows[i].first).c_str(), rows[i].second.c_str());
         table += line;
       }

@@ -130,6 +130,8 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   }
   if (const char* e = std::getenv("MOESERVE_LT_SYNC"); e && std::string(e) == "1") lt_sync_ = true;
   if (const char* e = std::getenv("MOESERVE_W13_SETTLED_IDS"); e && std::string(e) == "0") w13_settled_ids_ = false;
+  // MOESERVE_W4A8_SPLIT=0: the W4A8 GEMMs without the dispatch table's splits by expert load (for A/B timing).
+  if (const char* e = std::getenv("MOESERVE_W4A8_SPLIT"); e && std::string(e) == "0") w4a8_split_ = false;
   if (const char* e = std::getenv("MOESERVE_W4A8_DECODE_CONFIGS")) {
     std::stringstream list(e);
     std::string name;
@@ -911,7 +913,11 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
     MOESERVE_CUDA_CHECK(cuda::moe_gather_quant_f32(x, D, w4_slot_of_row_, TK, K, w4_a_, w4_sa_, sa_ld, st));
   }
   if (after_glue) after_glue();
-  const int cfg13 = decode ? w4a8_decode_cfg_[0] : -1, cfg2 = decode ? w4a8_decode_cfg_[1] : -1;
+  int cfg13 = decode ? w4a8_decode_cfg_[0] : -1, cfg2 = decode ? w4a8_decode_cfg_[1] : -1;
+  if (!w4a8_split_) {  // an explicit config runs without the table's split
+    if (cfg13 < 0) cfg13 = cuda::moe_w4a8_pick_config(E, w13.N, w13.K, TK);
+    if (cfg2 < 0) cfg2 = cuda::moe_w4a8_pick_config(E, w2.N, w2.K, TK);
+  }
   MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(w13, {w4_a_, w4_sa_, TK, sa_ld}, w4_counts_, h13_,
                                                              cuda::MoeOutType::F32, TK, cfg13, st, c13));
   MOESERVE_CUDA_CHECK(

@@ -156,6 +156,8 @@ class GpuModel {
   // A decode step's W13 counts the router's choice itself before pdl_wait (MoeW4A8Chain::settled_ids), the choice
   // and the gather in two launches; MOESERVE_W13_SETTLED_IDS=0: the one fused launch, W13 waits for its counts.
   bool w13_settled_ids_ = true;
+  // The dispatch table's splits by expert load (cuda::MoeW4A8Split) in the W4A8 GEMMs; MOESERVE_W4A8_SPLIT=0: none.
+  bool w4a8_split_ = true;
   // Steps of at least this many tokens score the indexer on tensor cores under the checkpoint numerics
   // (cuda::indexer_scores_bf16; MOESERVE_IDX_BF16_MIN_T overrides for A/B runs). One token stays on the fp32
   // kernel: its 8-key tiles spread a short context over more SMs (V4-Flash layer at B=1, ctx 4096: 142.3 against

@@ -59,6 +59,18 @@ bool moe_w4a8_config_fits(int id, int N, int K);
 int moe_w4a8_pick_config(int E, int N, int K, int slots);
 // The same for a GPU by name (moe_w4a8_pick_config passes the current device's; tests read the table without one).
 int moe_w4a8_pick_config_for(const char* gpu, int E, int N, int K, int slots);
+// Experts split by load, for decode steps with skewed routing: the experts with more than `rows` rows run in a
+// launch of their own with tile config `config` (wide token tiles), the others in the launch of the main config. A
+// token tile converts its 64-row weight blocks once, so an expert of 100 rows costs 13 conversions of its weights
+// in 8-token tiles and 2 in 64-token ones. config < 0: one launch. Same outputs as one launch of either config (up
+// to the accumulation order inside a 128-k group's wgmmas).
+struct MoeW4A8Split {
+  int config = -1;
+  int rows = 0;
+};
+// The dispatch table's split for a shape and routed slots (none when its entry has none).
+MoeW4A8Split moe_w4a8_pick_split(int E, int N, int K, int slots);
+MoeW4A8Split moe_w4a8_pick_split_for(const char* gpu, int E, int N, int K, int slots);
 
 // How a GEMM sits in the decode chain (all optional; none changes the results):
 //  - prefetch_next: after its last work items' weight loads, each CTA asks L2 for the first prefix_bytes of the
@@ -83,14 +95,17 @@ unsigned moe_w4a8_prefetch_prefix(int N, int K, int slots, size_t budget);
 
 // y[row][n] for the rows of every expert (contiguous layout: expert e owns rows from the prefix sum of
 // counts). y: [in.rows][N], bf16 or fp32; rows of no expert are not written. config = -1: the dispatch table's
-// for `slots` (moe_w4a8_pick_config).
+// config and split for `slots` (moe_w4a8_pick_config, moe_w4a8_pick_split); a split given here applies to an
+// explicit config too.
 cudaError_t moe_grouped_gemm_w4a8_contiguous(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
                                              void* y, MoeOutType out, int slots, int config,
-                                             cudaStream_t stream, const MoeW4A8Chain& chain = {});
+                                             cudaStream_t stream, const MoeW4A8Chain& chain = {},
+                                             const MoeW4A8Split& split = {});
 // Masked layout: expert e owns rows [e*cap, e*cap + min(counts[e], cap)). Fixed launch shape.
 cudaError_t moe_grouped_gemm_w4a8_masked(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
                                          int cap, void* y, MoeOutType out, int slots, int config,
-                                         cudaStream_t stream, const MoeW4A8Chain& chain = {});
+                                         cudaStream_t stream, const MoeW4A8Chain& chain = {},
+                                         const MoeW4A8Split& split = {});
 
 // Random packed experts (performance work, --load-format dummy): E experts of [N, K], uniform e2m1 codes,
 // every row's reference exponent ref_exp and its blocks' exponents in [ref_exp - spread, ref_exp] with

@@ -19,11 +19,13 @@ struct Entry {
   int E, N, K;
   int max_slots;  // bucket: routed slots <= max_slots (INT_MAX for the last)
   const char* config;
+  const char* split_config;  // MoeW4A8Split: experts with more than split_rows rows on this config (or none)
+  int split_rows;
 };
 
 const Entry kTable[] = {
 #include "kernels/cuda/moe_w4a8_dispatch_table.inc"
-    {nullptr, 0, 0, 0, 0, nullptr},
+    {nullptr, 0, 0, 0, 0, nullptr, nullptr, 0},
 };
 
 // Without a table entry, by the expected rows per active expert: one consumer warpgroup and small token tiles
@@ -50,15 +52,41 @@ int moe_w4a8_pick_config(int E, int N, int K, int slots) {
   return moe_w4a8_pick_config_for(device_info().name.c_str(), E, N, K, slots);
 }
 
-int moe_w4a8_pick_config_for(const char* gpu, int E, int N, int K, int slots) {
+namespace {
+
+// The table's entry for the key, or null.
+const Entry* find_entry(const char* gpu, int E, int N, int K, int slots) {
   for (const Entry& e : kTable) {
     if (!e.gpu) break;
     if (std::strcmp(gpu, e.gpu) == 0 && e.E == E && e.N == N && e.K == K && slots <= e.max_slots) {
-      int id = moe_w4a8_config_by_name(e.config);
-      if (id >= 0 && moe_w4a8_config_fits(id, N, K)) return id;
+      const int id = moe_w4a8_config_by_name(e.config);
+      if (id >= 0 && moe_w4a8_config_fits(id, N, K)) return &e;
     }
   }
+  return nullptr;
+}
+
+}  // namespace
+
+int moe_w4a8_pick_config_for(const char* gpu, int E, int N, int K, int slots) {
+  if (const Entry* e = find_entry(gpu, E, N, K, slots)) return moe_w4a8_config_by_name(e->config);
   return heuristic(E > 0 ? std::max(1, (slots + E - 1) / E) : 1);
+}
+
+MoeW4A8Split moe_w4a8_pick_split(int E, int N, int K, int slots) {
+  return moe_w4a8_pick_split_for(device_info().name.c_str(), E, N, K, slots);
+}
+
+MoeW4A8Split moe_w4a8_pick_split_for(const char* gpu, int E, int N, int K, int slots) {
+  MoeW4A8Split split;
+  const Entry* e = find_entry(gpu, E, N, K, slots);
+  if (!e || !e->split_config) return split;
+  const int id = moe_w4a8_config_by_name(e->split_config);
+  if (id >= 0 && moe_w4a8_config_fits(id, N, K) && e->split_rows >= 0) {
+    split.config = id;
+    split.rows = e->split_rows;
+  }
+  return split;
 }
 
 }  // namespace moeserve::cuda

@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -99,6 +100,7 @@ struct Params {
   uint32_t pf_prefix;       // bytes to prefetch per block
   const int* settled_ids;   // MoeW4A8Chain::settled_ids ([id_slots] expert ids), or null
   int id_slots;
+  int rows_lo, rows_hi;     // only experts with rows_lo <= rows <= rows_hi get work items (MoeW4A8Split)
 };
 
 // The expert owning work item `it`: item_start[e] <= it < item_start[e + 1] (binary search: a CTA's first item
@@ -185,9 +187,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   // Settled counts (MoeW4A8Chain): the schedule and the first stages' weights do not wait for the previous kernel.
   if (!p.counts_settled) dev::pdl_begin();
 
-  // Schedule: items of expert e = NBT * ceil(cnt / BN), in expert order. The experts' chunks of 32 are scanned
-  // by all warps at once (a chunk per warp, its counts loaded up front), then each thread adds the earlier
-  // chunks' totals to its experts: two short chains instead of one warp's sixteen dependent scans.
+  // Schedule: items of expert e = NBT * ceil(cnt / BN), in expert order; none for experts outside the launch's row
+  // range (MoeW4A8Split's other launch computes those; their rows still count in the row layout). The experts'
+  // chunks of 32 are scanned by all warps at once (a chunk per warp, its counts loaded up front), then each thread
+  // adds the earlier chunks' totals to its experts: two short chains instead of one warp's sixteen dependent scans.
   {
     constexpr int kChunks = kMaxExperts / 32, kPerWarp = (kChunks + 3) / 4;
     static_assert(C::kThreads >= 4 * 32, "the scan's chunks need at least 4 warps");
@@ -214,7 +217,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       if (ch >= nchunks) break;
       const int e = 32 * ch + lane;
       const int c = p.cap > 0 ? min(c_of[j], p.cap) : c_of[j];
-      const int items = NBT * ((c + BN - 1) / BN);
+      const int items = c >= p.rows_lo && c <= p.rows_hi ? NBT * ((c + BN - 1) / BN) : 0;
       int inc_items = items, inc_rows = c;
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
@@ -645,15 +648,20 @@ const Launcher kLaunchers[] = {
 constexpr int kNumConfigs = int(sizeof(kLaunchers) / sizeof(kLaunchers[0]));
 
 cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts, int cap, void* y,
-                     MoeOutType out, int slots, int config, cudaStream_t stream, const MoeW4A8Chain& chain) {
+                     MoeOutType out, int slots, int config, cudaStream_t stream, const MoeW4A8Chain& chain,
+                     MoeW4A8Split split) {
   if (w.E <= 0 || w.E > kMaxExperts || w.N % 128 != 0 || w.K % 256 != 0 || !w.packed || !w.wide_flags ||
       !in.a || !in.sa || !counts || !y || in.rows <= 0 || in.sa_ld < in.rows || in.sa_ld % 4 != 0 ||
       reinterpret_cast<uintptr_t>(in.a) % 16 != 0 || reinterpret_cast<uintptr_t>(in.sa) % 16 != 0)
     return cudaErrorInvalidValue;
-  if (config < 0) config = moe_w4a8_pick_config(w.E, w.N, w.K, slots);
+  if (config < 0) {
+    config = moe_w4a8_pick_config(w.E, w.N, w.K, slots);
+    if (split.config < 0) split = moe_w4a8_pick_split(w.E, w.N, w.K, slots);
+  }
   if (config < 0 || config >= kNumConfigs) return cudaErrorInvalidValue;
   if (!moe_w4a8_config_fits(config, w.N, w.K)) return cudaErrorInvalidValue;
-  const Launcher& l = kLaunchers[config];
+  if (split.config >= 0 && (split.config >= kNumConfigs || split.rows < 0 || !moe_w4a8_config_fits(split.config, w.N, w.K)))
+    return cudaErrorInvalidValue;
   Params p{};
   p.w = w.packed;
   p.flags = w.wide_flags;
@@ -685,7 +693,16 @@ cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int*
     p.pf_blocks = nx.N / pack::kPackRows;
     p.pf_prefix = chain.prefix_bytes;
   }
-  return l.launch(p, in, stream);
+  p.rows_lo = 0;
+  p.rows_hi = INT_MAX;
+  if (split.config < 0) return kLaunchers[config].launch(p, in, stream);
+  // The loaded experts first (few, long work items), then the many short items of the rest, which fill the tail.
+  p.rows_lo = split.rows + 1;
+  const cudaError_t err = kLaunchers[split.config].launch(p, in, stream);
+  if (err != cudaSuccess) return err;
+  p.rows_lo = 0;
+  p.rows_hi = split.rows;
+  return kLaunchers[config].launch(p, in, stream);
 }
 
 }  // namespace
@@ -707,15 +724,17 @@ bool moe_w4a8_config_fits(int id, int N, int K) {
 
 cudaError_t moe_grouped_gemm_w4a8_contiguous(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
                                              void* y, MoeOutType out, int slots, int config,
-                                             cudaStream_t stream, const MoeW4A8Chain& chain) {
-  return run_gemm(w, in, counts, 0, y, out, slots, config, stream, chain);
+                                             cudaStream_t stream, const MoeW4A8Chain& chain,
+                                             const MoeW4A8Split& split) {
+  return run_gemm(w, in, counts, 0, y, out, slots, config, stream, chain, split);
 }
 
 cudaError_t moe_grouped_gemm_w4a8_masked(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts,
                                          int cap, void* y, MoeOutType out, int slots, int config,
-                                         cudaStream_t stream, const MoeW4A8Chain& chain) {
+                                         cudaStream_t stream, const MoeW4A8Chain& chain,
+                                         const MoeW4A8Split& split) {
   if (cap <= 0 || int64_t(cap) * w.E > in.rows) return cudaErrorInvalidValue;
-  return run_gemm(w, in, counts, cap, y, out, slots, config, stream, chain);
+  return run_gemm(w, in, counts, cap, y, out, slots, config, stream, chain, split);
 }
 
 }  // namespace moeserve::cuda

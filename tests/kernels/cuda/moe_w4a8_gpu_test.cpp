@@ -251,13 +251,16 @@ void check_gemm(const char* name, int E, int N, int K, std::vector<int> counts, 
     DevBuf<float> dsa(sa);
     cuda::MoeW4A8Input in{da.p, dsa.p, rows, sa_ld};
     DevBuf<float> y(size_t(rows) * N);
-    for (int cfg = 0; cfg < cuda::moe_w4a8_config_count(); ++cfg) {
-      if (!cuda::moe_w4a8_config_fits(cfg, N, K)) continue;  // the probe test checks the refusal
-      const bool f32 = (cfg + layout) % 2 == 1;
+    // One run: config cfg (and a split of the loaded experts onto another config), every element checked.
+    auto run_and_check = [&](int cfg, const cuda::MoeW4A8Split& split, bool f32) {
       const auto out = f32 ? cuda::MoeOutType::F32 : cuda::MoeOutType::BF16;
+      std::string label = cuda::moe_w4a8_config(cfg).name;
+      if (split.config >= 0)
+        label += std::string("+") + cuda::moe_w4a8_config(split.config).name + ">" + std::to_string(split.rows);
       y.poison();
-      cudaError_t err = masked ? cuda::moe_grouped_gemm_w4a8_masked(wts, in, dcounts.p, cap, y.p, out, 1, cfg, nullptr)
-                               : cuda::moe_grouped_gemm_w4a8_contiguous(wts, in, dcounts.p, y.p, out, 1, cfg, nullptr);
+      cudaError_t err =
+          masked ? cuda::moe_grouped_gemm_w4a8_masked(wts, in, dcounts.p, cap, y.p, out, 1, cfg, nullptr, {}, split)
+                 : cuda::moe_grouped_gemm_w4a8_contiguous(wts, in, dcounts.p, y.p, out, 1, cfg, nullptr, {}, split);
       ASSERT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<float> yg = y.download();
@@ -281,7 +284,7 @@ void check_gemm(const char* name, int E, int N, int K, std::vector<int> counts, 
           const double ratio = diff / bd[i].tol;
           if (!(ratio <= 1.0)) {
             if (bad++ < 5)
-              ADD_FAILURE() << name << " config " << cuda::moe_w4a8_config(cfg).name << (masked ? " masked" : " contiguous")
+              ADD_FAILURE() << name << " config " << label << (masked ? " masked" : " contiguous")
                             << (f32 ? " f32" : " bf16") << " row " << r << " n " << n << ": got " << got << " ref "
                             << want << " exact " << bd[i].exact << " tol " << bd[i].tol;
           } else {
@@ -290,10 +293,34 @@ void check_gemm(const char* name, int E, int N, int K, std::vector<int> counts, 
         }
       EXPECT_EQ(bad, 0);
       EXPECT_EQ(leaked, 0) << "rows of no expert were written";
-      std::printf("[%s] %-16s %-10s %s: %lld elements checked, %lld bad, max |err|/tol %.3f\n", name,
-                  cuda::moe_w4a8_config(cfg).name, masked ? "masked" : "contiguous", f32 ? "f32 " : "bf16",
-                  (long long)checked, (long long)bad, worst_ratio);
+      std::printf("[%s] %-16s %-10s %s: %lld elements checked, %lld bad, max |err|/tol %.3f\n", name, label.c_str(),
+                  masked ? "masked" : "contiguous", f32 ? "f32 " : "bf16", (long long)checked, (long long)bad,
+                  worst_ratio);
+    };
+    for (int cfg = 0; cfg < cuda::moe_w4a8_config_count(); ++cfg) {
+      if (!cuda::moe_w4a8_config_fits(cfg, N, K)) continue;  // the probe test checks the refusal
+      run_and_check(cfg, {}, (cfg + layout) % 2 == 1);
     }
+    // Splits by expert load: thresholds below, between and above the cases' row counts (every expert on one side,
+    // or some on each).
+    auto by_name = [](const char* n) { return cuda::moe_w4a8_config_by_name(n); };
+    const std::pair<const char*, const char*> pairs[] = {{"bn8_wg1_g2_s5", "bn64_wg2_g1_s8"},
+                                                         {"bn8_wg2_g2_s4", "bn128_wg2_g1_s5_pf"},
+                                                         {"bn16_wg1_g2_s4", "bn32_wg2_g2_s7"}};
+    int split_runs = 0;
+    for (const auto& [small, big] : pairs)
+      for (int rows_at : {0, 8, 16, max_count}) {
+        const cuda::MoeW4A8Split split{by_name(big), rows_at};
+        if (!cuda::moe_w4a8_config_fits(by_name(small), N, K) || !cuda::moe_w4a8_config_fits(split.config, N, K)) continue;
+        run_and_check(by_name(small), split, (rows_at + layout) % 2 == 1);
+        ++split_runs;
+      }
+    EXPECT_GT(split_runs, 0);
+    for (const cuda::MoeW4A8Split bad : {cuda::MoeW4A8Split{cuda::moe_w4a8_config_count(), 8},
+                                         cuda::MoeW4A8Split{by_name("bn64_wg2_g1_s8"), -1}})
+      EXPECT_EQ(cuda::moe_grouped_gemm_w4a8_contiguous(wts, in, dcounts.p, y.p, cuda::MoeOutType::F32, 1,
+                                                       by_name("bn8_wg1_g2_s5"), nullptr, {}, bad),
+                cudaErrorInvalidValue);
   }
 }
 
@@ -384,6 +411,14 @@ TEST(MoeW4A8Gpu, DispatchTableByRoutedSlots) {
       EXPECT_TRUE(cuda::moe_w4a8_config_fits(id, sh[1], sh[2])) << c.name << " T " << T;
       if (T <= 256) EXPECT_LE(c.block_tokens, 32) << c.name << " T " << T << " N " << sh[1];
       if (T >= 4096) EXPECT_GE(c.block_tokens, 96) << c.name << " T " << T << " N " << sh[1];  // the prefill tiles
+      // A split (decode with skewed routing) puts the loaded experts on a wider tile than the main config's.
+      const cuda::MoeW4A8Split split = cuda::moe_w4a8_pick_split_for("NVIDIA H200", sh[0], sh[1], sh[2], 6 * T);
+      if (split.config >= 0) {
+        EXPECT_TRUE(cuda::moe_w4a8_config_fits(split.config, sh[1], sh[2])) << " T " << T;
+        EXPECT_GT(cuda::moe_w4a8_config(split.config).block_tokens, c.block_tokens) << " T " << T;
+        EXPECT_GE(split.rows, c.block_tokens) << " T " << T;
+        EXPECT_LT(T, 4096) << "a split at prefill sizes";
+      }
     }
   auto name = [](int id) { return std::string(cuda::moe_w4a8_config(id).name); };
   EXPECT_EQ(name(cuda::moe_w4a8_pick_config_for("other GPU", 256, 4096, 4096, 6)), "bn8_wg1_g2_s5");
@@ -768,7 +803,8 @@ TEST(MoeW4A8Gpu, DecodeChainIsGraphCapturable) {
   cudaStreamDestroy(stream);
 }
 
-// The decode chain's options (MoeW4A8Chain) only move W2's bytes into L2 earlier and schedule W2 before pdl_wait: for every config, the chain with them equals the plain chain bit for bit.
+// The decode chain's options (MoeW4A8Chain) only move W2's bytes into L2 earlier and schedule W2 before pdl_wait: for every config
+// (and two splits by expert load), the chain with them equals the plain chain bit for bit.
 // T = 5 over 16 experts gives more W13 work items than CTAs (the early stages then belong to a CTA's first item
 // only); W2's K = 1024 has fewer chunks than some configs have stages.
 TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
@@ -794,7 +830,14 @@ TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
     DevBuf<uint8_t> da(size_t(S) * D), da2(size_t(S) * I);
     // W13 with settled_ids gets counts it must not read: every entry 2^30.
     DevBuf<int> dbad(std::vector<int>(size_t(E), 1 << 30));
-    for (int cfg = 0; cfg < cuda::moe_w4a8_config_count(); ++cfg) {
+    // Every config alone, and two splits by expert load (experts above 1 or 2 rows on a wide tile).
+    std::vector<std::pair<int, cuda::MoeW4A8Split>> runs;
+    for (int cfg = 0; cfg < cuda::moe_w4a8_config_count(); ++cfg) runs.push_back({cfg, {}});
+    runs.push_back({cuda::moe_w4a8_config_by_name("bn8_wg1_g2_s5"), {cuda::moe_w4a8_config_by_name("bn64_wg2_g1_s8"), 2}});
+    runs.push_back({cuda::moe_w4a8_config_by_name("bn8_wg2_g2_s4"), {cuda::moe_w4a8_config_by_name("bn32_wg2_g2_s7"), 1}});
+    for (const auto& [cfg, split] : runs) {
+      const std::string label = std::string(cuda::moe_w4a8_config(cfg).name) +
+                                (split.config >= 0 ? std::string("+") + cuda::moe_w4a8_config(split.config).name : "");
       std::vector<float> outs[3];
       for (int with : {0, 1, 2}) {  // none; prefetch + settled W2 counts; also W13 counting the settled ids
         cuda::MoeW4A8Chain c13, c2;
@@ -809,12 +852,12 @@ TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
                                                    sa_ld, stream),
                   cudaSuccess);
         ASSERT_EQ(cuda::moe_grouped_gemm_w4a8_contiguous(W13, {da.p, dsa.p, S, sa_ld}, with == 2 ? dbad.p : dcounts.p,
-                                                         dh.p, cuda::MoeOutType::F32, 1, cfg, stream, c13),
+                                                         dh.p, cuda::MoeOutType::F32, 1, cfg, stream, c13, split),
                   cudaSuccess);
         ASSERT_EQ(cuda::moe_swiglu_quant_f32(dh.p, I, dsor.p, S, drw.p, 10.0f, da2.p, dsa2.p, sa_ld, stream),
                   cudaSuccess);
         ASSERT_EQ(cuda::moe_grouped_gemm_w4a8_contiguous(W2, {da2.p, dsa2.p, S, sa_ld}, dcounts.p, dy.p,
-                                                         cuda::MoeOutType::F32, 1, cfg, stream, c2),
+                                                         cuda::MoeOutType::F32, 1, cfg, stream, c2, split),
                   cudaSuccess);
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         outs[with] = dy.download();
@@ -825,9 +868,9 @@ TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
         diff2 += f32_to_bits(outs[0][i]) != f32_to_bits(outs[2][i]);
         nonfinite += !std::isfinite(outs[0][i]);
       }
-      EXPECT_EQ(diff1, 0) << "T " << T << " config " << cuda::moe_w4a8_config(cfg).name;
-      EXPECT_EQ(diff2, 0) << "settled ids, T " << T << " config " << cuda::moe_w4a8_config(cfg).name;
-      EXPECT_EQ(nonfinite, 0) << "T " << T << " config " << cuda::moe_w4a8_config(cfg).name;
+      EXPECT_EQ(diff1, 0) << "T " << T << " config " << label;
+      EXPECT_EQ(diff2, 0) << "settled ids, T " << T << " config " << label;
+      EXPECT_EQ(nonfinite, 0) << "T " << T << " config " << label;
     }
   }
   // A prefix longer than a 64-row block, or not a multiple of 16 bytes, is refused.
