@@ -4,7 +4,8 @@
 # Usage: bash scripts/device-profile.sh --prebuilt .device-bin.tar.xz WHAT...
 #   layer[@BINARY]        nsys node-level timeline of the batch-1 4-layer V4-Flash MXFP4 decode graph
 #                         -> layer_trace.csv (read it here with tools/nsys_timeline.py); @BINARY: that benchmark
-#                         of the prebuilt set instead of bench_gpu_ops (e.g. a VARIANTS build) -> layer_BINARY_*
+#                         of the prebuilt set instead of bench_gpu_ops (e.g. a VARIANTS build) -> layer_BINARY_*;
+#                         PROFILE_LAYER_B=8 or 32 in the environment: that batch's graph instead
 #   w4a8:SHAPE:T[:CONFIG] ncu (full sections, SASS source counters) of one W4A8 launch at T tokens (decode below
 #                         1024 tokens, else prefill), with the dispatch table's config or CONFIG
 #                         -> w4a8_SHAPE_T[_CONFIG].txt (details) and ..._sass.csv (per-instruction stalls; read
@@ -66,8 +67,8 @@ for what in "$@"; do
     layer | layer@*)
       bench=bench_gpu_ops tag=layer
       if [[ "$what" == *@* ]]; then bench=${what#*@} tag=layer_$bench; fi
-      MOESERVE_PROFILE_LAYER_B=1 nsys_trace "$tag" --capture-range=cudaProfilerApi -- "$BIN/$bench" layer
-      echo "$tag: $(wc -l <"$OUT/${tag}_trace.csv" 2>/dev/null || echo no) trace rows; $(grep -E 'B=1 ' "$OUT/${tag}_bench.log" | head -2 | tr '\n' ' ')"
+      MOESERVE_PROFILE_LAYER_B=${PROFILE_LAYER_B:-1} nsys_trace "$tag" --capture-range=cudaProfilerApi -- "$BIN/$bench" layer
+      echo "$tag: $(wc -l <"$OUT/${tag}_trace.csv" 2>/dev/null || echo no) trace rows; $(grep -E "B=${PROFILE_LAYER_B:-1} " "$OUT/${tag}_bench.log" | head -2 | tr '\n' ' ')"
       ;;
     linear:*)
       shape=${what#linear:}

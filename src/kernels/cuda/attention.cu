@@ -275,10 +275,12 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
 // One block of 4 warps per (token, head): warp w combines splits w, w + 4, ..., reading up to kBatch of them at
 // once, beside all the splits' maxima read lane-parallel. A decode step's ~20 splits arrive in one memory round
 // (the one-warp version took five, 12 us of a C4 layer's critical path in the nsys timeline). The warps' partial
-// sums are added in warp order, after the sink's term.
-template <int NC>
+// sums are added in warp order, after the sink's term. kBatch only groups the loads (the additions run in split
+// order whatever it is); the launcher sizes it to the splits, since 8 batched splits of 512 dims hold 192
+// registers a thread: 2 blocks per SM, and 32 tokens x 64 heads of 2 splits took 19.6 us in 8 waves.
+template <int NC, int kBatch>
 __global__ void __launch_bounds__(128) combine_kernel(BatchDesc b, AttentionArgs a) {
-  constexpr int kWarpsC = 4, kBatch = 8;
+  constexpr int kWarpsC = 4;
   __shared__ float4 so[kWarpsC][NC][32];
   __shared__ float sden[kWarpsC];
   const int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -381,7 +383,7 @@ cudaError_t launch(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stre
     dev::launch(attention_kernel<HPW, NC, DS>, dim3(grid), dim3(kWarps * 32 * DS), smem, stream, b, a);
   else
     dev::launch(attention_kernel<HPW, NC, 1>, dim3(grid), dim3(kWarps * 32), smem, stream, b, a);
-  if (a.splits > 1) attention_combine(b, a, stream);  // combine_kernel<NC>: it picks NC from hd as launch_nc does
+  if (a.splits > 1) attention_combine(b, a, stream);  // combine_kernel<NC, kBatch>: NC from hd as launch_nc picks it
   return cudaGetLastError();
 }
 
@@ -432,13 +434,28 @@ size_t attention_workspace_floats(int T, int H, int hd, int splits) {
   return splits > 1 ? size_t(T) * H * splits * (hd + 4) : 0;
 }
 
-cudaError_t attention_combine(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream) {
+namespace {
+
+// combine_kernel<NC, kBatch> with kBatch the smallest of 1, 2, 4, 8 that takes each warp's splits in one round
+// (8 past 32 splits: more rounds).
+template <int NC>
+cudaError_t launch_combine(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream) {
   const dim3 grid(b.T * a.H), block(128);
+  const int per_warp = (a.splits + 3) / 4;
+  if (per_warp <= 1) return dev::launch(combine_kernel<NC, 1>, grid, block, 0, stream, b, a);
+  if (per_warp <= 2) return dev::launch(combine_kernel<NC, 2>, grid, block, 0, stream, b, a);
+  if (per_warp <= 4) return dev::launch(combine_kernel<NC, 4>, grid, block, 0, stream, b, a);
+  return dev::launch(combine_kernel<NC, 8>, grid, block, 0, stream, b, a);
+}
+
+}  // namespace
+
+cudaError_t attention_combine(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream) {
   switch ((a.hd + 127) / 128) {
-    case 1: return dev::launch(combine_kernel<1>, grid, block, 0, stream, b, a);
-    case 2: return dev::launch(combine_kernel<2>, grid, block, 0, stream, b, a);
-    case 3: return dev::launch(combine_kernel<3>, grid, block, 0, stream, b, a);
-    case 4: return dev::launch(combine_kernel<4>, grid, block, 0, stream, b, a);
+    case 1: return launch_combine<1>(b, a, stream);
+    case 2: return launch_combine<2>(b, a, stream);
+    case 3: return launch_combine<3>(b, a, stream);
+    case 4: return launch_combine<4>(b, a, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -394,10 +394,11 @@ std::vector<float> want(size_t(count) * H * hd);
                         1.0f / std::sqrt(float(hd)), out);
     rope.apply(out, H, hd, p, /*inverse=*/true);
   }
-  // Each kernel at one split, the splits attention_splits picks, and 7 (the tensor-core kernel may take fewer).
+  // Each kernel at one split, the splits attention_splits picks, and 3, 7 and 13 (the tensor-core kernel may take
+  // fewer): the combine's load batches of 1, 2, 4 and 8 splits per warp.
   using Kernel = cudaError_t (*)(const cuda::BatchDesc&, const cuda::AttentionArgs&, cudaStream_t);
   auto check = [&](Kernel kernel, const std::string& name) {
-    for (int splits : {1, cuda::attention_splits(count, H, a.max_keys), 7}) {
+    for (int splits : {1, cuda::attention_splits(count, H, a.max_keys), 3, 7, 13}) {
       cuda::DeviceArray<float> part(std::max<size_t>(1, cuda::attention_workspace_floats(count, H, hd, splits)), "p");
       auto o = poisoned<float>(size_t(count) * H * hd);
       a.o = o.data();
