@@ -28,6 +28,25 @@ __device__ __forceinline__ double warp_sum(double v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+// Sums each of P values (P a multiple of 32) over the lanes of a warp by halving exchanges: P - P / 32 shuffles,
+// where warp_sum on each value takes 5 P. Afterwards lane l holds the sum of value l * (P / 32) + j in v[j] for
+// j < P / 32, bit for bit warp_sum's (the same additions in the same order: this lane's partial plus the partner's).
+template <int P, int Half, int O>
+__device__ __forceinline__ void warp_sum_scatter_level(float (&v)[P], int lane) {
+  const bool upper = lane & O;  // keeps the upper half of the live values, sends the lower
+#pragma unroll
+  for (int i = 0; i < Half; ++i) {
+    const float send = upper ? v[i] : v[i + Half];
+    const float keep = upper ? v[i + Half] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+  }
+  if constexpr (O > 1) warp_sum_scatter_level<P, Half / 2, O / 2>(v, lane);
+}
+template <int P>
+__device__ __forceinline__ void warp_sum_scatter(float (&v)[P]) {
+  static_assert(P % 32 == 0, "P: a multiple of 32");
+  warp_sum_scatter_level<P, P / 2, 16>(v, int(threadIdx.x & 31));
+}
 // Inclusive prefix sum over the lanes of a full warp.
 __device__ __forceinline__ int warp_inclusive_sum(int v) {
   const int lane = threadIdx.x & 31;
