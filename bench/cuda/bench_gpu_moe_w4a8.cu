@@ -245,13 +245,18 @@ std::string split_name(int config, const cuda::MoeW4A8Split& split) {
   return name;
 }
 
-// Name of the tuning vector's entry c (configs, then splits of the table's config `pick`).
+// The tuning vector's entry c: configs [0, config_count), then split b * kSplitRows + r of the table's config
+// `pick`, kSplitBig[b] above pick's token tile << r rows (config -1 when c names a config alone).
+cuda::MoeW4A8Split split_candidate(int c, int pick) {
+  const int s = c - cuda::moe_w4a8_config_count();
+  if (s < 0) return {};
+  return {cuda::moe_w4a8_config_by_name(kSplitBig[size_t(s / kSplitRows)]),
+          cuda::moe_w4a8_config(pick).block_tokens << (s % kSplitRows)};
+}
+
+// Name of the tuning vector's entry c.
 std::string candidate_name(int c, int pick) {
-  const int singles = cuda::moe_w4a8_config_count();
-  if (c < singles) return cuda::moe_w4a8_config(c).name;
-  const int b = (c - singles) / kSplitRows, r = (c - singles) % kSplitRows;
-  return split_name(pick, {cuda::moe_w4a8_config_by_name(kSplitBig[size_t(b)]),
-                           cuda::moe_w4a8_config(pick).block_tokens << r});
+  return c < cuda::moe_w4a8_config_count() ? cuda::moe_w4a8_config(c).name : split_name(pick, split_candidate(c, pick));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -597,22 +602,19 @@ int main(int argc, char** argv) {
               }
             }
             // Splits by expert load (decode from 16 tokens): the table's config for the small experts, each wide
-            // tile for those above a row threshold. Entry kSingles + b * kSplitRows + r of the tuning vector.
+            // tile for those above a row threshold (split_candidate).
             const int singles = cuda::moe_w4a8_config_count();
             t.resize(singles + kSplitBig.size() * kSplitRows, 1e30);
             if (decode && T >= 16) {
-              const int pick_bn = cuda::moe_w4a8_config(pick).block_tokens;
-              for (size_t b = 0; b < kSplitBig.size(); ++b)
-                for (int r = 0; r < kSplitRows; ++r) {
-                  const cuda::MoeW4A8Split sp{cuda::moe_w4a8_config_by_name(kSplitBig[b]), pick_bn << r};
-                  if (sp.config < 0 || !cuda::moe_w4a8_config_fits(sp.config, N, K)) continue;
-                  const size_t c = singles + b * kSplitRows + r;
-                  t[c] = run(pick, 3, sp);
-                  if (t[c] < res.best_ms) {
-                    res.best_ms = t[c];
-                    res.best_cfg = split_name(pick, sp);
-                  }
+              for (size_t c = size_t(singles); c < t.size(); ++c) {
+                const cuda::MoeW4A8Split sp = split_candidate(int(c), pick);
+                if (sp.config < 0 || !cuda::moe_w4a8_config_fits(sp.config, N, K)) continue;
+                t[c] = run(pick, 3, sp);
+                if (t[c] < res.best_ms) {
+                  res.best_ms = t[c];
+                  res.best_cfg = split_name(pick, sp);
                 }
+              }
             }
             tune_pick[{sh.name, slots}] = pick;
             std::string line;  // every timed config of this case, for reading the sweep
@@ -752,14 +754,14 @@ int main(int argc, char** argv) {
       for (const auto& [key, acc] : tune_acc) {
         if (key.first != sh.name) continue;
         const int best = int(std::min_element(acc.begin(), acc.end()) - acc.begin());
-        const int singles = cuda::moe_w4a8_config_count();
         std::string entry;  // "config", "split config" or nullptr, split rows
-        if (best < singles) {
+        if (best < cuda::moe_w4a8_config_count()) {
           entry = std::string("\"") + cuda::moe_w4a8_config(best).name + "\", nullptr, 0";
         } else {
-          const int pick = tune_pick.at(key), b = (best - singles) / kSplitRows, r = (best - singles) % kSplitRows;
-          entry = std::string("\"") + cuda::moe_w4a8_config(pick).name + "\", \"" + kSplitBig[size_t(b)] + "\", " +
-                  std::to_string(cuda::moe_w4a8_config(pick).block_tokens << r);
+          const int pick = tune_pick.at(key);
+          const cuda::MoeW4A8Split sp = split_candidate(best, pick);
+          entry = std::string("\"") + cuda::moe_w4a8_config(pick).name + "\", \"" + cuda::moe_w4a8_config(sp.config).name +
+                  "\", " + std::to_string(sp.rows);
         }
         rows.push_back({key.second, entry});
       }
