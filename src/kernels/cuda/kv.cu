@@ -253,8 +253,8 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
     const int i = threadIdx.x + j * blockDim.x;
     cached[j] = i < n ? order_key(sc[i]) : 0u;
   }
-  // Visits (i, key) of this thread's keys in pass order; every thread of a warp runs the same trip count
-  // (the bound is rounded up to whole blocks), so f may use warp collectives; valid = i < n.
+  // Visits (i, key) of this thread's keys in pass order; every thread of the block runs the same trip count
+  // (the bound is rounded up to whole blocks), so f may use warp collectives and block barriers; valid = i < n.
   auto for_keys = [&](auto&& f) {
 #pragma unroll
     for (int j = 0; j < kTopkCached; ++j) {
@@ -317,16 +317,12 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
   // i, remaining). One block-wide exclusive scan per pass of blockDim keys, over both counts packed into one int
   // (keys above in the low 16 bits, ties in the high: a pass holds at most 1024 keys). The rank-by-comparison sort
   // of score order this replaces was ~2/3 of a decode step's top-512 of 1024.
+  // The skip once every chosen key has its slot is block-uniform too (the bases are the block's).
   const int nwarps = int(blockDim.x) / 32;
   int above_base = 0, tie_base = 0;
-  for (int c0 = 0, pass = 0; c0 < n && above_base + min(tie_base, remaining) < kk; c0 += blockDim.x, ++pass) {
-    const int i = c0 + threadIdx.x;
-    uint32_t u = 0;
-#pragma unroll
-    for (int j = 0; j < kTopkCached; ++j)
-      if (pass == j) u = cached[j];
-    if (pass >= kTopkCached && i < n) u = order_key(sc[i]);
-    const bool above = i < n && u > thr, tie = i < n && u == thr;
+  for_keys([&](int i, uint32_t u, bool valid) {
+    if (above_base + min(tie_base, remaining) == kk) return;
+    const bool above = valid && u > thr, tie = valid && u == thr;
     const int mine = int(above) | (int(tie) << 16);
     const int incl = warp_inclusive_sum(mine);
     if (lane == 31) warp_counts[warp] = incl;
@@ -344,7 +340,7 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
     above_base += s_count & 0xffff;
     tie_base += s_count >> 16;
     __syncthreads();  // warp_counts and s_count are rewritten by the next pass
-  }
+  });
 }
 
 }  // namespace
