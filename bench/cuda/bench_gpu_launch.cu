@@ -49,16 +49,7 @@ __global__ void chase_kernel(const unsigned* next, int hops, unsigned* out) {
 // kernel<<<blocks, 256, 0, st>>>(args...), with programmatic stream serialization when pdl.
 template <class... Args>
 void launch(void (*kernel)(Args...), int blocks, bool pdl, cudaStream_t st, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(256);
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+  moeserve::bench::launch_kernel(kernel, blocks, 256, 0, pdl, st, args...);
 }
 
 }  // namespace

@@ -44,4 +44,22 @@ double graph_us_per_call(cudaStream_t st, int calls, int replays, F enqueue) {
   return double(ms) * 1000.0 / (double(replays) * calls);
 }
 
+// kernel<<<blocks, threads, smem, st>>>(args...), with programmatic stream serialization when pdl (the
+// benchmarks' chains of dependent launches).
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), int blocks, int threads, size_t smem, bool pdl, cudaStream_t st,
+                   Args... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, Params(args)...));
+}
+
 }  // namespace moeserve::bench

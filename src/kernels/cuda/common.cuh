@@ -194,6 +194,13 @@ __device__ __forceinline__ void pdl_begin() {
   pdl_wait();
   pdl_release();
 }
+// The same, or with release_first the release before the wait: the next kernel may then launch while this one still
+// waits for its predecessor (its ordering is kept by its own wait, which also waits for this kernel).
+__device__ __forceinline__ void pdl_begin(bool release_first) {
+  if (release_first) pdl_release();
+  pdl_wait();
+  if (!release_first) pdl_release();
+}
 
 // acc plus column d of token t's K expert rows, rows[row_of_slot[t * K + j]], added in slot order: moe_combine's
 // sum, also folded into hc_post_mix (the same order keeps the two bit for bit).

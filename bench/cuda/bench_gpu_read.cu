@@ -1,0 +1,203 @@
+// bench_gpu_read: what reading N bytes costs as one launch of a dependent chain, the floor under a one-row GEMV of
+// N bytes of weights (issue 7's bar: ops of >= 8 MB at >= 60 % of the 4.28 TB/s roofline at one row). Each kernel
+// reads its whole buffer and folds it into one word per block; a chain of launches (PDL, each launch's buffer a
+// different copy from a pool larger than the L2) is captured in a CUDA graph and replayed, as bench_gpu_ops times
+// its ops. Kernels differ in how the reads are issued:
+//   ldg U/thread, B/SM     every thread keeps U 16-byte loads in flight (B blocks of 256 threads per SM); the first
+//                          U are issued before griddepcontrol.wait, as the streaming GEMV does with its first unit;
+//   bulk S x C KB, B/SM    one thread per block issues bulk copies (cp.async.bulk) of C KB into S stages of shared
+//                          memory, all S before the wait, refilling a stage when the block has read it;
+//   early / late           griddepcontrol.launch_dependents at the kernel's start (the next launch may become
+//                          resident and issue its own reads while this one streams) or after the wait.
+// The folded words are checked against the host's fold of the same data (a kernel that skipped bytes fails).
+// Usage: bench_gpu_read
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "graph_timing.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/hopper.cuh"
+
+namespace {
+
+using moeserve::bench::graph_us_per_call;
+using moeserve::bench::launch_kernel;
+using namespace moeserve::cuda::dev;
+using namespace moeserve::cuda::hopper;
+
+constexpr double kBw = 4.28e12;
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ uint32_t fold(uint32_t acc, const uint4& v) { return acc ^ v.x ^ v.y ^ v.z ^ v.w; }
+
+// out[blockIdx.x] = the xor of the block's threads' folds.
+__device__ __forceinline__ void write_block_fold(uint32_t acc, uint32_t* out) {
+  acc = __reduce_xor_sync(0xffffffffu, acc);
+  __shared__ uint32_t warp_acc[kThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_acc[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / 32; ++w) acc ^= warp_acc[w];
+    out[blockIdx.x] = acc;
+  }
+}
+
+// Block b folds the 16-byte words i of src with i % gridDim.x == b ... (grid-stride over threads); out[b] is the
+// xor of its threads' folds.
+template <int U>
+__global__ void __launch_bounds__(kThreads) ldg_read_kernel(const uint4* src, size_t n16, uint32_t* out, bool early) {
+  const size_t stride = size_t(gridDim.x) * kThreads;
+  size_t i = size_t(blockIdx.x) * kThreads + threadIdx.x;
+  uint4 v[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) v[u] = i + u * stride < n16 ? __ldg(src + i + u * stride) : make_uint4(0, 0, 0, 0);
+  pdl_begin(early);
+  uint32_t acc = 0;
+  for (;;) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc = fold(acc, v[u]);
+    i += U * stride;
+    if (i >= n16) break;
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = i + u * stride < n16 ? __ldg(src + i + u * stride) : make_uint4(0, 0, 0, 0);
+  }
+  write_block_fold(acc, out);
+}
+
+constexpr int kMaxStages = 16;
+
+// Block b folds the contiguous slice [b * slice, (b + 1) * slice) of src (bytes, a multiple of 16), copied in
+// chunks of `chunk` bytes through `stages` stages of shared memory.
+__global__ void __launch_bounds__(kThreads) bulk_read_kernel(const uint8_t* src, size_t bytes, size_t slice,
+                                                             int chunk, int stages, uint32_t* out, bool early) {
+  extern __shared__ __align__(128) uint8_t stage_mem[];
+  __shared__ uint64_t full[kMaxStages];
+  const size_t begin = size_t(blockIdx.x) * slice;
+  const size_t end = begin + slice < bytes ? begin + slice : bytes;
+  const int chunks = begin < end ? int((end - begin + chunk - 1) / chunk) : 0;
+  auto issue = [&](int c) {
+    const size_t at = begin + size_t(c) * chunk;
+    const uint32_t n = uint32_t(end - at < size_t(chunk) ? end - at : chunk);
+    mbar_arrive_expect_tx(&full[c % stages], n);
+    bulk_load(stage_mem + size_t(c % stages) * chunk, src + at, n, &full[c % stages]);
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) mbar_init(&full[s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int c = 0; c < chunks && c < stages; ++c) issue(c);
+  }
+  pdl_begin(early);
+  __syncthreads();
+  uint32_t acc = 0;
+  for (int c = 0; c < chunks; ++c) {
+    mbar_wait(&full[c % stages], uint32_t(c / stages) & 1u);
+    const size_t at = begin + size_t(c) * chunk;
+    const int n16 = int((end - at < size_t(chunk) ? end - at : chunk) / 16);
+    const uint32_t base = smem_addr(stage_mem + size_t(c % stages) * chunk);
+    for (int i = threadIdx.x; i < n16; i += kThreads) acc = fold(acc, lds128(base + 16u * i));
+    __syncthreads();  // every thread has read the stage
+    if (threadIdx.x == 0 && c + stages < chunks) issue(c + stages);
+  }
+  write_block_fold(acc, out);
+}
+
+struct Variant {
+  std::string name;
+  int blocks_per_sm;
+  int unroll;  // ldg: loads per thread in flight; 0: bulk
+  int stages, chunk_kb;
+  bool early;
+};
+
+}  // namespace
+
+int main() {
+  const moeserve::cuda::DeviceInfo& info = moeserve::cuda::device_info();
+  if (!info.available) {
+    std::printf("skipped: %s\n", info.reason.c_str());
+    return 0;
+  }
+  const int sms = info.multiprocessors;
+  std::printf("# bench_gpu_read on %s (%d SMs): one read of N bytes per launch, chains of dependent PDL launches in a "
+              "CUDA graph over copies of > 512 MB; roofline N / %.2f TB/s\n",
+              info.name.c_str(), sms, kBw / 1e12);
+  cudaStream_t st;
+  MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const size_t pool_bytes = size_t(640) << 20;
+  uint8_t* pool;
+  MOESERVE_CUDA_CHECK(cudaMalloc(&pool, pool_bytes));
+  {  // deterministic contents, so the folds are checkable
+    std::vector<uint32_t> h(pool_bytes / 4);
+    uint32_t x = 2463534242u;
+    for (auto& w : h) x ^= x << 13, x ^= x >> 17, x ^= x << 5, w = x;
+    MOESERVE_CUDA_CHECK(cudaMemcpy(pool, h.data(), pool_bytes, cudaMemcpyHostToDevice));
+  }
+  uint32_t* out;
+  MOESERVE_CUDA_CHECK(cudaMalloc(&out, size_t(4) * sms * sizeof(uint32_t)));
+  MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(bulk_read_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+
+  const std::vector<Variant> variants = {
+      {"ldg 4/thread, 2/SM, late", 2, 4, 0, 0, false},   {"ldg 8/thread, 2/SM, late", 2, 8, 0, 0, false},
+      {"ldg 8/thread, 2/SM, early", 2, 8, 0, 0, true},   {"ldg 8/thread, 1/SM, early", 1, 8, 0, 0, true},
+      {"ldg 16/thread, 1/SM, early", 1, 16, 0, 0, true}, {"bulk 6 x 16 KB, 1/SM, late", 1, 0, 6, 16, false},
+      {"bulk 6 x 16 KB, 1/SM, early", 1, 0, 6, 16, true}, {"bulk 3 x 32 KB, 1/SM, early", 1, 0, 3, 32, true},
+      {"bulk 12 x 8 KB, 1/SM, early", 1, 0, 12, 8, true}, {"bulk 3 x 16 KB, 2/SM, early", 2, 0, 3, 16, true},
+      {"bulk 4 x 24 KB, 1/SM, early", 1, 0, 4, 24, true},
+  };
+  const std::vector<double> sizes_mb = {4.2, 8.4, 16.8, 33.6, 67.1};
+  std::printf("| %-30s |", "variant");
+  for (double mb : sizes_mb) std::printf(" %5.1f MB us (%%) |", mb);
+  std::printf("\n");
+  int failures = 0;
+  double best_8mb = 1e30;
+  for (const Variant& v : variants) {
+    std::printf("| %-30s |", v.name.c_str());
+    for (double mb : sizes_mb) {
+      const size_t bytes = size_t(mb * 1e6) / 4096 * 4096;
+      const int copies = int(pool_bytes / bytes);
+      const int calls = copies < 64 ? copies : 64;
+      const int blocks = v.blocks_per_sm * sms;
+      const size_t slice = (bytes / 16 + blocks - 1) / blocks * 16;
+      const size_t smem = size_t(v.stages) * v.chunk_kb * 1024;
+      auto enqueue = [&](int i) {
+        const uint8_t* src = pool + size_t(i % copies) * bytes;
+        if (v.unroll == 4)
+          launch_kernel(ldg_read_kernel<4>, blocks, kThreads, 0, true, st, reinterpret_cast<const uint4*>(src), bytes / 16, out, v.early);
+        else if (v.unroll == 8)
+          launch_kernel(ldg_read_kernel<8>, blocks, kThreads, 0, true, st, reinterpret_cast<const uint4*>(src), bytes / 16, out, v.early);
+        else if (v.unroll == 16)
+          launch_kernel(ldg_read_kernel<16>, blocks, kThreads, 0, true, st, reinterpret_cast<const uint4*>(src), bytes / 16, out,
+                     v.early);
+        else
+          launch_kernel(bulk_read_kernel, blocks, kThreads, smem, true, st, src, bytes, slice, v.chunk_kb * 1024, v.stages, out, v.early);
+      };
+      const double us = graph_us_per_call(st, calls, 20, enqueue);
+      // Check: the last launch's folds xor-ed together equal the host's fold of that copy.
+      std::vector<uint32_t> got(blocks), data(bytes / 4);
+      MOESERVE_CUDA_CHECK(cudaMemcpy(got.data(), out, blocks * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+      MOESERVE_CUDA_CHECK(cudaMemcpy(data.data(), pool + size_t((calls - 1) % copies) * bytes, bytes,
+                                     cudaMemcpyDeviceToHost));
+      uint32_t want = 0, have = 0;
+      for (uint32_t w : data) want ^= w;
+      for (uint32_t w : got) have ^= w;
+      if (want != have) {
+        std::fprintf(stderr, "%s at %.1f MB: fold %08x, expected %08x\n", v.name.c_str(), mb, have, want);
+        ++failures;
+      }
+      std::printf(" %7.2f (%5.1f %%) |", us, 100.0 * (double(bytes) / kBw * 1e6) / us);
+      if (mb == 8.4 && us < best_8mb) best_8mb = us;
+    }
+    std::printf("\n");
+  }
+  std::printf("read floor: 8.4 MB in %.2f us at best (%.1f %% of %.2f TB/s); %d fold mismatches\n", best_8mb,
+              100.0 * (8.4e6 / kBw * 1e6) / best_8mb, kBw / 1e12, failures);
+  MOESERVE_CUDA_CHECK(cudaFree(out));
+  MOESERVE_CUDA_CHECK(cudaFree(pool));
+  MOESERVE_CUDA_CHECK(cudaStreamDestroy(st));
+  return failures ? 1 : 0;
+}
