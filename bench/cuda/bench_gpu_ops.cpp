@@ -21,6 +21,7 @@
 #include "graph_timing.h"
 #include "io/model_config.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/gemv_small.h"
 #include "kernels/cuda/gemv_stream.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
@@ -122,6 +123,14 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
           MOESERVE_CUDA_CHECK(cuda::gemv_stream(a, st));
         });
         report(fp8 ? "gemv_stream fp8 (direct)" : "gemv_stream bf16 (direct)", shape, us_stream, bytes, flops, kFp32,
+               false);
+      }
+      if (cuda::gemv_small_rows_per_block(a) > 0) {  // the one-batch kernel called directly (gemv() routes some)
+        const double us_small = time_us([&](int i) {
+          a.w = w.get(i);
+          MOESERVE_CUDA_CHECK(cuda::gemv_small(a, st));
+        });
+        report(fp8 ? "gemv_small fp8 (direct)" : "gemv_small bf16 (direct)", shape, us_small, bytes, flops, kFp32,
                false);
       }
     }

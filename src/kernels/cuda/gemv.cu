@@ -3,11 +3,13 @@
 // 16-byte loads. A block of 256 threads owns RG x R weight rows; the KT threads of a row group split K
 // (KT = 32..256, chosen so that short rows still keep every thread busy) and reduce through shuffles and
 // shared memory. Grouped mode (MoE): blockIdx.y is an active expert group with its own rows. One row over FP8
-// weights goes to the streaming kernel instead (kernels/cuda/gemv_stream.cu).
+// weights goes to the one-batch kernel (kernels/cuda/gemv_small.cu) when the matrix is small, else to the
+// streaming kernel (kernels/cuda/gemv_stream.cu).
 #include <cstdlib>
 #include <string>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv_small.h"
 #include "kernels/cuda/gemv_stream.h"
 #include "kernels/cuda/ops.h"
 
@@ -238,8 +240,13 @@ bool gemv_fuses_act_fp8(const GemvArgs& a) {
 cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   if (a.N == 0 || a.problems == 0 || (!a.group_count && a.M == 0)) return cudaSuccess;
   if (a.act_fp8 && !gemv_fuses_act_fp8(a)) return cudaErrorInvalidValue;
-  // One row over FP8 weights: the streaming kernel (MOESERVE_GEMV_STREAM=0 keeps this
-  // one-pass kernel, for A/B runs).
+  // One row over a small BF16 matrix: the one-batch kernel where it measured faster (MOESERVE_GEMV_SMALL=0: not); over
+  // other FP8 weights: the streaming kernel (MOESERVE_GEMV_STREAM=0 keeps this one-pass kernel, for A/B runs).
+  static const bool small_on = [] {
+    const char* e = std::getenv("MOESERVE_GEMV_SMALL");
+    return !(e && std::string(e) == "0");
+  }();
+  if (small_on && gemv_small_preferred(a)) return gemv_small(a, stream);
   static const bool stream_on = [] {
     const char* e = std::getenv("MOESERVE_GEMV_STREAM");
     return !(e && std::string(e) == "0");

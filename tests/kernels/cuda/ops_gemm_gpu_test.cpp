@@ -7,10 +7,12 @@
 // 1x128 / 128x128 block scales: Hopper's FP8 tensor cores keep ~14 bits inside each 128-k block before the
 // fp32 promotion (DeepSeek-V3 report 3.3.2), so 2^-10 * sum|xw|.
 #include <cmath>
+#include <functional>
 
 #include "core/dtype.h"
 #include "core/threads.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cuda/gemv_small.h"
 #include "kernels/cuda/gemv_stream.h"
 #include "kernels/cuda/gpu_test_util.h"
 #include "kernels/cuda/ops.h"
@@ -227,6 +229,54 @@ TEST(CudaGemm, SkinnyGemmFusedFp8ActivationSimulation) {
   EXPECT_EQ(cuda::gemv(bad, nullptr), cudaErrorInvalidValue);
 }
 
+// A one-row kernel called directly (gemv_stream, gemv_small) over `problems` stacked problems of N x K with their
+// own x and y rows: accumulate onto y0, the FP8 activation simulation when act8. Every element against the double
+// reference of the (simulated) x; with act8 also bit for bit the same kernel fed pre-simulated x. `accept` sees the
+// args first (its own checks; false: not run).
+void check_one_row_kernel(const std::string& name, int N, int K, int problems, bool fp8, bool act8, int leave_sms,
+                          std::mt19937_64& g, const std::function<bool(const cuda::GemvArgs&, const std::string&)>& accept,
+                          const std::function<cudaError_t(const cuda::GemvArgs&)>& run) {
+  Weights w = make_weights(fp8, N, K, problems, g);
+  const DeviceWeights dw(w);
+  const int xstride = K + 64;
+  auto x = normal(size_t(problems) * xstride, g);
+  std::vector<float> xs = x;  // what the kernel multiplies
+  if (act8) ref::fp8_block_sim(xs.data(), problems, xstride, K, 128);
+  auto y0 = normal(size_t(problems) * N, g);  // accumulated onto
+  auto dx = dev(x), dxs = dev(xs);
+  auto y = dev(y0), y_sep = dev(y0);
+  cuda::GemvArgs a = dw.args(w, dx.data(), xstride, y.data(), N, 1);
+  a.x_stride = xstride;
+  a.y_stride = N;
+  a.problems = problems;
+  a.accumulate = true;
+  a.act_fp8 = act8;
+  a.leave_sms = leave_sms;
+  const std::string what = name + (fp8 ? " fp8 " : " bf16 ") + (act8 ? "act8 " : "");
+  if (!accept(a, what)) return;
+  MOESERVE_CUDA_CHECK(run(a));
+  const std::vector<float> got = host(y);
+  for (int p = 0; p < problems; ++p) {
+    Weights wp = w;  // problem p's rows
+    wp.deq.assign(w.deq.begin() + size_t(p) * N * K, w.deq.begin() + size_t(p + 1) * N * K);
+    std::vector<float> xp(xs.begin() + size_t(p) * xstride, xs.begin() + size_t(p + 1) * xstride);
+    std::vector<float> want, tol;
+    skinny_expected(xp, xstride, wp, 1, &want, &tol);
+    for (int n = 0; n < N; ++n) want[n] += y0[size_t(p) * N + n];  // y0's add: one more rounding
+    for (int n = 0; n < N; ++n) tol[n] += std::fabs(want[n]) * 2.0f / 16777216.0f;
+    expect_close(std::vector<float>(got.begin() + size_t(p) * N, got.begin() + size_t(p + 1) * N), want, tol,
+                 what + " problem " + std::to_string(p));
+  }
+  if (act8) {
+    cuda::GemvArgs sep = a;
+    sep.act_fp8 = false;
+    sep.x = dxs.data();
+    sep.y = y_sep.data();
+    MOESERVE_CUDA_CHECK(run(sep));
+    expect_same_bits(got, host(y_sep), what + ": simulated on load against separate simulation");
+  }
+}
+
 // The streaming one-row kernel called directly (gemv() routes FP8 rows to it): stacked problems with
 // their own x and y, rows not a multiple of its 4-row units, K not a multiple of its 2 x 512-byte steps,
 // accumulate, and the FP8 activation simulation in its staging (bit for bit the kernel fed pre-simulated x).
@@ -235,53 +285,70 @@ TEST(CudaGemm, StreamingGemvOneRow) {
   auto g = seeded();
   struct Shape { int N, K, problems; const char* name; };
   for (Shape s : {Shape{1026, 1536, 3, "pro wq_b-like K"}, Shape{37, 4096, 1, "few rows"},
-                  Shape{4096, 2048, 1, "flash w2"}, Shape{130, 16384, 2, "longest K"}}) {
-    for (bool fp8 : {false, true}) {
-      for (bool act8 : {false, true}) {
-        Weights w = make_weights(fp8, s.N, s.K, s.problems, g);
-        const DeviceWeights dw(w);
-        const int xstride = s.K + 64;
-        auto x = normal(size_t(s.problems) * xstride, g);
-        std::vector<float> xs = x;  // what the kernel multiplies
-        if (act8) ref::fp8_block_sim(xs.data(), s.problems, xstride, s.K, 128);
-        auto y0 = normal(size_t(s.problems) * s.N, g);  // accumulated onto
-        auto dx = dev(x), dxs = dev(xs);
-        auto y = dev(y0), y_sep = dev(y0);
-        cuda::GemvArgs a = dw.args(w, dx.data(), xstride, y.data(), s.N, 1);
-        a.x_stride = xstride;
-        a.y_stride = s.N;
-        a.problems = s.problems;
-        a.accumulate = true;
-        a.act_fp8 = act8;
-        ASSERT_TRUE(cuda::gemv_stream_fits(a)) << s.name;
-        MOESERVE_CUDA_CHECK(cuda::gemv_stream(a, nullptr));
-        const std::string what = std::string("gemv_stream ") + (fp8 ? "fp8 " : "bf16 ") + (act8 ? "act8 " : "") + s.name;
-        const std::vector<float> got = host(y);
-        for (int p = 0; p < s.problems; ++p) {
-          Weights wp = w;  // problem p's rows
-          wp.deq.assign(w.deq.begin() + size_t(p) * s.N * s.K, w.deq.begin() + size_t(p + 1) * s.N * s.K);
-          std::vector<float> xp(xs.begin() + size_t(p) * xstride, xs.begin() + size_t(p + 1) * xstride);
-          std::vector<float> want, tol;
-          skinny_expected(xp, xstride, wp, 1, &want, &tol);
-          for (int n = 0; n < s.N; ++n) want[n] += y0[size_t(p) * s.N + n];  // y0's add: one more rounding
-          for (int n = 0; n < s.N; ++n) tol[n] += std::fabs(want[n]) * 2.0f / 16777216.0f;
-          expect_close(std::vector<float>(got.begin() + size_t(p) * s.N, got.begin() + size_t(p + 1) * s.N), want,
-                       tol, what + " problem " + std::to_string(p));
-        }
-        if (act8) {
-          cuda::GemvArgs sep = a;
-          sep.act_fp8 = false;
-          sep.x = dxs.data();
-          sep.y = y_sep.data();
-          MOESERVE_CUDA_CHECK(cuda::gemv_stream(sep, nullptr));
-          expect_same_bits(got, host(y_sep), what + ": staged against separate simulation");
-        }
-      }
-    }
-  }
+                  Shape{4096, 2048, 1, "flash w2"}, Shape{130, 16384, 2, "longest K"}})
+    for (bool fp8 : {false, true})
+      for (bool act8 : {false, true})
+        check_one_row_kernel(
+            std::string("gemv_stream ") + s.name, s.N, s.K, s.problems, fp8, act8, 0, g,
+            [](const cuda::GemvArgs& a, const std::string& what) {
+              EXPECT_TRUE(cuda::gemv_stream_fits(a)) << what;
+              return cuda::gemv_stream_fits(a);
+            },
+            [](const cuda::GemvArgs& a) { return cuda::gemv_stream(a, nullptr); });
   const cuda::GemvArgs two_rows = tiny_bf16_args(128, 2);  // not its case: refused
   EXPECT_FALSE(cuda::gemv_stream_fits(two_rows));
   EXPECT_EQ(cuda::gemv_stream(two_rows, nullptr), cudaErrorInvalidValue);
+}
+
+// The one-batch kernel for small matrices called directly (gemv() routes one row over some to it): stacked
+// problems with their own x and y, rows not a multiple of its 8-row chunks or of its rows per block, pieces per
+// lane that are not a power of two (K = 1536, 7168 FP8), accumulate, the FP8 activation simulation in its staging
+// (bit for bit the kernel fed pre-simulated x), and the rows per block it picks, with and without leave_sms.
+TEST(CudaGemm, OneBatchGemvSmallMatrices) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  struct Shape { int N, K, problems, leave_sms; const char* name; };
+  for (Shape s : {Shape{1026, 1536, 3, 0, "pro wq_b-like K"}, Shape{37, 4096, 1, 0, "few rows"},
+                  Shape{4096, 2048, 1, 0, "flash w2"}, Shape{4096, 2048, 1, 33, "flash w2 beside a branch"},
+                  Shape{8190, 1024, 1, 0, "indexer wq_b-like"}, Shape{130, 7168, 2, 0, "pro K"}})
+    for (bool fp8 : {false, true}) {
+      if (!fp8 && s.K > 4096) continue;  // BF16 rows of more than 8 KB: not its case (below)
+      for (bool act8 : {false, true})
+        check_one_row_kernel(
+            std::string("gemv_small ") + s.name, s.N, s.K, s.problems, fp8, act8, s.leave_sms, g,
+            [&](const cuda::GemvArgs& a, const std::string& what) {
+              const int rows = cuda::gemv_small_rows_per_block(a);
+              EXPECT_GT(rows, 0) << what;
+              EXPECT_EQ(rows % 8, 0) << what;
+              if (s.N == 4096 && s.K == 2048) EXPECT_EQ(rows, s.leave_sms ? 48 : 32) << what;  // 128 / 86 of 132 SMs
+              return rows > 0;
+            },
+            [](const cuda::GemvArgs& a) { return cuda::gemv_small(a, nullptr); });
+    }
+  // Not its case: refused. Two rows; a BF16 row of 7168 (14 KB); 4096 x 8192 FP8 (wo_b: 256 KB per block); rows
+  // not a multiple of 512 bytes.
+  auto dummy = dev(std::vector<float>(64));
+  auto shape = [&](bool fp8, int N, int K, int M) {
+    cuda::GemvArgs a = tiny_bf16_args(K, M);
+    a.wtype = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
+    a.N = N;
+    a.w = a.x = a.row_scale = dummy.data();
+    a.y = dummy.data();
+    a.scale_ld = (K + 127) / 128;
+    return a;
+  };
+  EXPECT_EQ(cuda::gemv_small_rows_per_block(shape(true, 4096, 2048, 2)), 0);
+  EXPECT_EQ(cuda::gemv_small_rows_per_block(shape(false, 1024, 7168, 1)), 0);
+  EXPECT_EQ(cuda::gemv_small_rows_per_block(shape(true, 4096, 8192, 1)), 0);
+  EXPECT_EQ(cuda::gemv_small_rows_per_block(shape(true, 64, 640, 1)), 0);
+  EXPECT_EQ(cuda::gemv_small_rows_per_block(shape(true, 8192, 1024, 1)), 64);
+  // Where gemv() routes to it: BF16 rows of >= 2 KB, <= 64 KB per block, blocks on most SMs.
+  EXPECT_TRUE(cuda::gemv_small_preferred(shape(false, 1024, 4096, 1)));   // BF16 wq_a / wo_a group
+  EXPECT_FALSE(cuda::gemv_small_preferred(shape(true, 4096, 2048, 1)));   // FP8 (shared w2): the streaming kernel
+  EXPECT_FALSE(cuda::gemv_small_preferred(shape(true, 8192, 1024, 1)));   // indexer wq_b: 1 KB rows
+  EXPECT_FALSE(cuda::gemv_small_preferred(shape(true, 4096, 4096, 1)));   // shared w13: 128 KB per block
+  EXPECT_FALSE(cuda::gemv_small_preferred(shape(true, 512, 4096, 1)));    // wkv: 64 blocks
+  EXPECT_EQ(cuda::gemv_small(shape(true, 4096, 2048, 2), nullptr), cudaErrorInvalidValue);
 }
 
 // The grouped low-rank output projection: G problems with strided inputs and outputs (V4-Flash and V4-Pro).

@@ -1,0 +1,206 @@
+// One-batch GEMV for one activation row over a small dense matrix: y[n] (+)= sum_k x[k] W[n, k], W BF16 or FP8
+// e4m3 with per-row 128-block scales (ops.h GemvArgs), fp32 accumulation.
+//
+// Why a kernel of its own: an 8.4 MB matrix is 2 us of HBM bandwidth, and bench_gpu_read shows a chain of plain
+// reads of that size reaching 88-100 % of it when every block issues all its reads at once, before
+// griddepcontrol.wait, and lets the next launch start first. The streaming kernel (gemv_stream.cu) measured ~49 %
+// on such a matrix, and so did a version of this kernel with every lane's weights in registers: each warp's
+// conversions and FMAs (~2.5 instructions per FP8 weight) can only start when the last of its loads lands, and
+// with every load issued at once that is near the end of the stream for almost every warp, so most of the
+// arithmetic runs after the last byte.
+//
+// Here each block owns R consecutive rows (one SM's share of the matrix, R a multiple of 8) and has them copied
+// into shared memory by bulk copies (the TMA engine) in chunks of 8 rows, each with its own mbarrier, plus the rows'
+// FP8 block scales, all issued before the wait. Chunks land in order, so warps work on chunk c (one row per warp:
+// lane l takes the row's 16-byte pieces l, l + 32, ...) while later chunks are in flight, and what is left after
+// the last byte is one chunk's arithmetic. x is loaded after the wait and staged chunk-interleaved in shared memory
+// (the FP8 activation simulation per 128 values on the way) so that the lanes' float4 reads are conflict-free.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv_small.h"
+#include "kernels/cuda/hopper.cuh"
+
+namespace moeserve::cuda {
+
+namespace {
+
+using namespace dev;
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kChunkRows = kWarps;         // rows per bulk-copied chunk: one per warp
+constexpr int kMaxChunks = 32;             // mbarriers per block
+constexpr int kMaxSmem = 200 * 1024;       // weights + scales + x per block
+constexpr int kMaxPieces = 16;             // 16-byte pieces per row and lane (K <= 8192 FP8 / 4096 BF16)
+
+// Whether the next launch may start before this one's wait (MOESERVE_GEMV_SMALL_EARLY=1; default after it, as the
+// other GEMVs). Early measured slower in a chain of these GEMVs on the H200 (shared w2 6.06 against 3.84 us): a
+// block of ~72 KB leaves room for two more launches' blocks on an SM, whose copies then share the bandwidth
+// with the oldest one's.
+bool release_early() {
+  static const bool on = [] {
+    const char* e = std::getenv("MOESERVE_GEMV_SMALL_EARLY");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+
+struct Plan {
+  int rows = 0;  // R: rows per block (a multiple of kChunkRows), 0 when the matrix does not fit
+  size_t w_bytes = 0, s_bytes = 0, smem = 0;
+};
+
+int row_bytes(const GemvArgs& a) { return a.K * (a.wtype == WeightType::FP8 ? 1 : 2); }
+
+Plan plan_for(const GemvArgs& a) {
+  Plan pl;
+  const bool fp8 = a.wtype == WeightType::FP8;
+  const int rb = row_bytes(a);
+  const bool fits = !a.group_count && a.M == 1 && a.problems >= 1 && a.N > 0 && rb % 512 == 0 &&
+                    rb / 512 <= kMaxPieces && (!fp8 || (a.row_scale && a.scale_ld > 0)) && a.x_stride % 4 == 0 &&
+                    reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
+                    (a.w_stride * (fp8 ? 1 : 2)) % 16 == 0 &&
+                    (!fp8 || (reinterpret_cast<uintptr_t>(a.row_scale) % 16 == 0 && a.scale_stride % 4 == 0));
+  if (!fits) return pl;
+  // Blocks: one per SM (leave_sms left free on a concurrent branch); the rows split evenly over them.
+  const long long avail = std::max(1, sm_count() - std::max(0, a.leave_sms));
+  const long long per_problem = std::max<long long>(1, avail / a.problems);
+  long long rows = (a.N + per_problem - 1) / per_problem;
+  rows = (rows + kChunkRows - 1) / kChunkRows * kChunkRows;
+  if (rows / kChunkRows > kMaxChunks) return pl;
+  pl.w_bytes = size_t(rows) * rb;
+  pl.s_bytes = fp8 ? (size_t(rows) * a.scale_ld * 4 + 15) / 16 * 16 : 0;
+  pl.smem = pl.w_bytes + pl.s_bytes + size_t(a.K) * 4;
+  if (pl.smem > size_t(kMaxSmem)) return pl;
+  pl.rows = int(rows);
+  return pl;
+}
+
+template <bool FP8, bool ACT8>
+__global__ void __launch_bounds__(kThreads, 2) gemv_small_kernel(GemvArgs a, int R, bool early) {
+  constexpr int VEC = FP8 ? 16 : 8;  // weights per 16-byte piece
+  constexpr int kBytes = FP8 ? 1 : 2;
+  constexpr int NJ = VEC / 4;        // float4s of x per piece
+  extern __shared__ __align__(128) uint8_t smem[];  // [R rows of weights][R x scale_ld scales][x interleaved]
+  __shared__ uint64_t full[kMaxChunks + 1];         // chunk c, then the scales
+  const int p = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int K = a.K, N = a.N, rb = K * kBytes, pieces = rb / 512, chunks16 = K / VEC;
+  const int n0 = blockIdx.x * R;
+  const int rows = min(R, N - n0);  // > 0: the grid has no empty block
+  const int nchunks = (rows + kChunkRows - 1) / kChunkRows;
+  const size_t w_bytes = size_t(R) * rb;
+  const size_t s_bytes = FP8 ? (size_t(R) * a.scale_ld * 4 + 15) / 16 * 16 : 0;
+  float* ss = reinterpret_cast<float*>(smem + w_bytes);
+  float4* xs4 = reinterpret_cast<float4*>(smem + w_bytes + s_bytes);
+
+  // Weights and scales are not written by earlier kernels: every copy goes out before the wait.
+  if (threadIdx.x == 0) {
+    for (int c = 0; c <= nchunks; ++c) hopper::mbar_init(&full[c], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    const char* w = static_cast<const char*>(a.w) + (size_t(p) * a.w_stride + size_t(n0) * K) * kBytes;
+    if constexpr (FP8) {  // the rows' scales first: every chunk needs them
+      const float* rs = a.row_scale + size_t(p) * a.scale_stride + size_t(n0) * a.scale_ld;
+      const uint32_t sb = uint32_t(rows) * a.scale_ld * 4;
+      const uint32_t sb16 = sb / 16 * 16;
+      hopper::mbar_arrive_expect_tx(&full[nchunks], sb16);
+      if (sb16) hopper::bulk_load(ss, rs, sb16, &full[nchunks]);
+      for (uint32_t i = sb16 / 4; i < sb / 4; ++i) ss[i] = __ldg(rs + i);  // a tail under 16 bytes
+    }
+    for (int c = 0; c < nchunks; ++c) {
+      const uint32_t bytes = uint32_t(min(kChunkRows, rows - c * kChunkRows)) * rb;
+      hopper::mbar_arrive_expect_tx(&full[c], bytes);
+      hopper::bulk_load(smem + size_t(c) * kChunkRows * rb, w + size_t(c) * kChunkRows * rb, bytes, &full[c]);
+    }
+  }
+  pdl_begin(early);
+
+  // x, chunk-interleaved: float4 j of 16-byte piece c at [j * chunks16 + c].
+  const float* x = a.x + size_t(p) * a.x_stride;
+  for (int b = warp; b < K / 128; b += kWarps) {
+    float4 v = reinterpret_cast<const float4*>(x)[b * 32 + lane];
+    if constexpr (ACT8) {  // fp8_block_sim's arithmetic
+      float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+      amax = warp_max(amax);
+      const float sc = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
+      v = make_float4(fp8_round(v.x / sc) * sc, fp8_round(v.y / sc) * sc, fp8_round(v.z / sc) * sc,
+                      fp8_round(v.w / sc) * sc);
+    }
+    const int f = b * 32 + lane;  // float4 index in x
+    xs4[(f % NJ) * chunks16 + f / NJ] = v;
+  }
+  __syncthreads();  // x staged; the barriers' init visible to every thread
+  if constexpr (FP8) hopper::mbar_wait(&full[nchunks], 0);
+
+  // Chunk c: warp w takes row c * 8 + w; its lanes the row's 16-byte pieces lane + 32 i.
+  float* y = a.y + size_t(p) * a.y_stride;
+  for (int c = 0; c < nchunks; ++c) {
+    const int r = c * kChunkRows + warp;
+    hopper::mbar_wait(&full[c], 0);
+    if (r >= rows) continue;
+    const uint32_t row_addr = hopper::smem_addr(smem + size_t(r) * rb);
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxPieces; ++i) {
+      if (i >= pieces) break;
+      const int piece = lane + 32 * i;
+      const uint4 wq = hopper::lds128(row_addr + 16u * piece);
+      float xv[VEC], wf[VEC];
+#pragma unroll
+      for (int v = 0; v < NJ; ++v) {
+        const float4 q = xs4[v * chunks16 + piece];
+        xv[4 * v] = q.x, xv[4 * v + 1] = q.y, xv[4 * v + 2] = q.z, xv[4 * v + 3] = q.w;
+      }
+      unpack_weights<FP8>(wq, wf);
+      float part = 0.0f;
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) part += xv[v] * wf[v];
+      acc += FP8 ? part * ss[size_t(r) * a.scale_ld + piece * VEC / 128] : part;
+    }
+    const float sum = warp_sum(acc);
+    if (lane == 0) {
+      float* out = y + n0 + r;
+      *out = a.accumulate ? *out + sum : sum;
+    }
+  }
+}
+
+template <bool FP8, bool ACT8>
+cudaError_t launch_small(const GemvArgs& a, const Plan& pl, cudaStream_t stream) {
+  static const bool configured = [] {
+    cudaFuncSetAttribute(gemv_small_kernel<FP8, ACT8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid((a.N + pl.rows - 1) / pl.rows, a.problems);
+  return dev::launch(gemv_small_kernel<FP8, ACT8>, grid, dim3(kThreads), pl.smem, stream, a, pl.rows,
+                     release_early());
+}
+
+}  // namespace
+
+int gemv_small_rows_per_block(const GemvArgs& a) { return plan_for(a).rows; }
+
+bool gemv_small_preferred(const GemvArgs& a) {
+  // Measured on the H200 against the streaming / one-pass kernels, one-row chains (docs/benchmarks/cuda-ops.md,
+  // twenty-second session): faster for rows of >= 2 KB at <= 64 KB per block over most SMs (BF16 1024 x 4096
+  // 3.21 / 3.58 us, FP8 wq_a 2.63 / 2.93, shared w2 3.84 / 4.03); slower for 1 KB rows (indexer wq_b 4.16 / 3.71:
+  // eight chunks of 8 KB per block), for 128 KB per block (shared w13 7.69 / 6.18, the BF16 C4 compressor
+  // 5.95 / 5.10) and on 64 SMs (wkv 2.29 / 2.15). FP8 weights stay with the streaming kernel: routing the FP8
+  // wq_a here made the V4-Flash decode layer at batch 1 ~4 us slower (140.7 against 136.8 us, device-ab medians).
+  const Plan pl = plan_for(a);
+  const long long blocks = (a.N + std::max(1, pl.rows) - 1) / std::max(1, pl.rows) * (long long)a.problems;
+  return pl.rows > 0 && a.wtype == WeightType::BF16 && row_bytes(a) >= 2048 && pl.w_bytes <= 64 * 1024 &&
+         blocks * 4 >= 3LL * sm_count();
+}
+
+cudaError_t gemv_small(const GemvArgs& a, cudaStream_t stream) {
+  const Plan pl = plan_for(a);
+  if (pl.rows == 0) return cudaErrorInvalidValue;
+  const bool fp8 = a.wtype == WeightType::FP8;
+  if (a.act_fp8) return fp8 ? launch_small<true, true>(a, pl, stream) : launch_small<false, true>(a, pl, stream);
+  return fp8 ? launch_small<true, false>(a, pl, stream) : launch_small<false, false>(a, pl, stream);
+}
+
+}  // namespace moeserve::cuda

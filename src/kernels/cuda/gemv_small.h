@@ -1,0 +1,20 @@
+#pragma once
+// The one-batch GEMV for one activation row over a small dense matrix (kernels/cuda/gemv_small.cu): ops.h gemv's
+// semantics for a dense GemvArgs with M == 1 (problems as blockIdx.y, accumulate, act_fp8) whose weights fit the
+// shared memory of one block per SM (up to ~26 MB): each block's rows are bulk-copied in before the dependency
+// wait. gemv() routes the sizes where that measured faster here (gemv_small_preferred), before the streaming kernel
+// (gemv_stream.h).
+#include "kernels/cuda/ops.h"
+
+namespace moeserve::cuda {
+
+// Rows per block the kernel would use for args (a multiple of 8), or 0 when it does not fit: dense, M == 1, rows
+// of a multiple of 512 bytes and at most 8 KB, every row of every problem in one block per SM (leave_sms SMs left
+// free), at most 200 KB of weights, scales and x per block, 16-byte aligned x / weights / scales / strides.
+int gemv_small_rows_per_block(const GemvArgs& args);
+// Whether gemv() routes args here (it fits, and is of the sizes where the kernel measured faster).
+bool gemv_small_preferred(const GemvArgs& args);
+// cudaErrorInvalidValue when gemv_small_rows_per_block(args) == 0.
+cudaError_t gemv_small(const GemvArgs& args, cudaStream_t stream);
+
+}  // namespace moeserve::cuda
