@@ -147,7 +147,8 @@ int main() {
       {"ldg 16/thread, 1/SM, early", 1, 16, 0, 0, true}, {"bulk 6 x 16 KB, 1/SM, late", 1, 0, 6, 16, false},
       {"bulk 6 x 16 KB, 1/SM, early", 1, 0, 6, 16, true}, {"bulk 3 x 32 KB, 1/SM, early", 1, 0, 3, 32, true},
       {"bulk 12 x 8 KB, 1/SM, early", 1, 0, 12, 8, true}, {"bulk 3 x 16 KB, 2/SM, early", 2, 0, 3, 16, true},
-      {"bulk 4 x 24 KB, 1/SM, early", 1, 0, 4, 24, true},
+      {"bulk 4 x 24 KB, 1/SM, early", 1, 0, 4, 24, true}, {"bulk 3 x 32 KB, 1/SM, late", 1, 0, 3, 32, false},
+      {"bulk 3 x 16 KB, 2/SM, late", 2, 0, 3, 16, false},
   };
   const std::vector<double> sizes_mb = {4.2, 8.4, 16.8, 33.6, 67.1};
   std::printf("| %-30s |", "variant");

@@ -64,8 +64,13 @@ Plan plan_for(const GemvArgs& a) {
                     (a.w_stride * (fp8 ? 1 : 2)) % 16 == 0 &&
                     (!fp8 || (reinterpret_cast<uintptr_t>(a.row_scale) % 16 == 0 && a.scale_stride % 4 == 0));
   if (!fits) return pl;
-  // Blocks: one per SM (leave_sms left free on a concurrent branch); the rows split evenly over them.
-  const long long avail = std::max(1, sm_count() - std::max(0, a.leave_sms));
+  // Blocks: one per SM, or two (MOESERVE_GEMV_SMALL_BLOCKS_PER_SM=2, for A/B runs: half the rows each, twice the
+  // warps per SM), leave_sms SMs left free on a concurrent branch; the rows split evenly over them.
+  static const int per_sm = [] {
+    const char* e = std::getenv("MOESERVE_GEMV_SMALL_BLOCKS_PER_SM");
+    return e && std::string(e) == "2" ? 2 : 1;
+  }();
+  const long long avail = std::max(1, per_sm * (sm_count() - std::max(0, a.leave_sms)));
   const long long per_problem = std::max<long long>(1, avail / a.problems);
   long long rows = (a.N + per_problem - 1) / per_problem;
   rows = (rows + kChunkRows - 1) / kChunkRows * kChunkRows;
