@@ -240,13 +240,9 @@ bool gemv_fuses_act_fp8(const GemvArgs& a) {
 cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   if (a.N == 0 || a.problems == 0 || (!a.group_count && a.M == 0)) return cudaSuccess;
   if (a.act_fp8 && !gemv_fuses_act_fp8(a)) return cudaErrorInvalidValue;
-  // One row over a small BF16 matrix: the one-batch kernel where it measured faster (MOESERVE_GEMV_SMALL=0: not); over
+  // One row over a small BF16 matrix: the bulk-copy kernel where it measured faster (gemv_small_preferred); over
   // other FP8 weights: the streaming kernel (MOESERVE_GEMV_STREAM=0 keeps this one-pass kernel, for A/B runs).
-  static const bool small_on = [] {
-    const char* e = std::getenv("MOESERVE_GEMV_SMALL");
-    return !(e && std::string(e) == "0");
-  }();
-  if (small_on && gemv_small_preferred(a)) return gemv_small(a, stream);
+  if (gemv_small_preferred(a)) return gemv_small(a, stream);
   static const bool stream_on = [] {
     const char* e = std::getenv("MOESERVE_GEMV_STREAM");
     return !(e && std::string(e) == "0");

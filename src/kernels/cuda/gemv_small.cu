@@ -194,10 +194,15 @@ bool gemv_small_preferred(const GemvArgs& a) {
   // eight chunks of 8 KB per block), for 128 KB per block (shared w13 7.69 / 6.18, the BF16 C4 compressor
   // 5.95 / 5.10) and on 64 SMs (wkv 2.29 / 2.15). FP8 weights stay with the streaming kernel: routing the FP8
   // wq_a here made the V4-Flash decode layer at batch 1 ~4 us slower (140.7 against 136.8 us, device-ab medians).
+  // MOESERVE_GEMV_SMALL=0: never; =fp8: FP8 weights too (for A/B runs of the layer).
+  static const int mode = [] {
+    const char* e = std::getenv("MOESERVE_GEMV_SMALL");
+    return !e ? 1 : std::string(e) == "0" ? 0 : std::string(e) == "fp8" ? 2 : 1;
+  }();
   const Plan pl = plan_for(a);
   const long long blocks = (a.N + std::max(1, pl.rows) - 1) / std::max(1, pl.rows) * (long long)a.problems;
-  return pl.rows > 0 && a.wtype == WeightType::BF16 && row_bytes(a) >= 2048 && pl.w_bytes <= 64 * 1024 &&
-         blocks * 4 >= 3LL * sm_count();
+  return mode > 0 && pl.rows > 0 && (a.wtype == WeightType::BF16 || mode == 2) && row_bytes(a) >= 2048 &&
+         pl.w_bytes <= 64 * 1024 && blocks * 4 >= 3LL * sm_count();
 }
 
 cudaError_t gemv_small(const GemvArgs& a, cudaStream_t stream) {

@@ -12,7 +12,8 @@ namespace moeserve::cuda {
 // of a multiple of 512 bytes and at most 8 KB, every row of every problem in one block per SM (leave_sms SMs left
 // free), at most 200 KB of weights, scales and x per block, 16-byte aligned x / weights / scales / strides.
 int gemv_small_rows_per_block(const GemvArgs& args);
-// Whether gemv() routes args here (it fits, and is of the sizes where the kernel measured faster).
+// Whether gemv() routes args here (it fits, and is of the sizes where the kernel measured faster; BF16 only unless
+// MOESERVE_GEMV_SMALL=fp8, never with MOESERVE_GEMV_SMALL=0).
 bool gemv_small_preferred(const GemvArgs& args);
 // cudaErrorInvalidValue when gemv_small_rows_per_block(args) == 0.
 cudaError_t gemv_small(const GemvArgs& args, cudaStream_t stream);
