@@ -202,6 +202,31 @@ __device__ __forceinline__ void pdl_begin(bool release_first) {
   if (!release_first) pdl_release();
 }
 
+// x[0, K) staged in shared memory for the one-row GEMVs whose lanes take VEC consecutive weights per 16-byte load
+// (gemv_stream.cu, gemv_small.cu): float4 j of chunk c (weights c * VEC ..) at xs4[j * (K / VEC) + c], so that a
+// warp's float4 reads of consecutive chunks are conflict-free. ACT8: the FP8 activation simulation per 128 values
+// first (fp8_block_sim's arithmetic, one warp per block of 128; K % 128 == 0). Every thread of the block takes
+// part; the caller synchronizes before reading.
+template <int VEC, bool ACT8>
+__device__ __forceinline__ void stage_x_interleaved(const float* x, int K, float4* xs4) {
+  constexpr int NJ = VEC / 4;  // float4s per chunk
+  const int chunks = K / VEC, lane = threadIdx.x & 31;
+  if constexpr (ACT8) {
+    for (int b = threadIdx.x >> 5; b < K / 128; b += blockDim.x >> 5) {
+      float4 v = reinterpret_cast<const float4*>(x + size_t(b) * 128)[lane];
+      float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+      amax = warp_max(amax);
+      const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
+      v = make_float4(fp8_round(v.x / s) * s, fp8_round(v.y / s) * s, fp8_round(v.z / s) * s, fp8_round(v.w / s) * s);
+      const int f = b * 32 + lane;  // float4 index in x
+      xs4[(f % NJ) * chunks + f / NJ] = v;
+    }
+  } else {
+    for (int f = threadIdx.x; f < K / 4; f += blockDim.x)
+      xs4[(f % NJ) * chunks + f / NJ] = reinterpret_cast<const float4*>(x)[f];
+  }
+}
+
 // acc plus column d of token t's K expert rows, rows[row_of_slot[t * K + j]], added in slot order: moe_combine's
 // sum, also folded into hc_post_mix (the same order keeps the two bit for bit).
 __device__ __forceinline__ float add_expert_rows(float acc, const float* rows, const int* row_of_slot, int t, int K,

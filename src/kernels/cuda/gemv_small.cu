@@ -122,19 +122,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_small_kernel(GemvArgs a, int
   pdl_begin(early);
 
   // x, chunk-interleaved: float4 j of 16-byte piece c at [j * chunks16 + c].
-  const float* x = a.x + size_t(p) * a.x_stride;
-  for (int b = warp; b < K / 128; b += kWarps) {
-    float4 v = reinterpret_cast<const float4*>(x)[b * 32 + lane];
-    if constexpr (ACT8) {  // fp8_block_sim's arithmetic
-      float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-      amax = warp_max(amax);
-      const float sc = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
-      v = make_float4(fp8_round(v.x / sc) * sc, fp8_round(v.y / sc) * sc, fp8_round(v.z / sc) * sc,
-                      fp8_round(v.w / sc) * sc);
-    }
-    const int f = b * 32 + lane;  // float4 index in x
-    xs4[(f % NJ) * chunks16 + f / NJ] = v;
-  }
+  stage_x_interleaved<VEC, ACT8>(a.x + size_t(p) * a.x_stride, K, xs4);
   __syncthreads();  // x staged; the barriers' init visible to every thread
   if constexpr (FP8) hopper::mbar_wait(&full[nchunks], 0);
 
@@ -199,10 +187,11 @@ bool gemv_small_preferred(const GemvArgs& a) {
     const char* e = std::getenv("MOESERVE_GEMV_SMALL");
     return !e ? 1 : std::string(e) == "0" ? 0 : std::string(e) == "fp8" ? 2 : 1;
   }();
+  if (mode == 0 || (a.wtype != WeightType::BF16 && mode != 2)) return false;
   const Plan pl = plan_for(a);
-  const long long blocks = (a.N + std::max(1, pl.rows) - 1) / std::max(1, pl.rows) * (long long)a.problems;
-  return mode > 0 && pl.rows > 0 && (a.wtype == WeightType::BF16 || mode == 2) && row_bytes(a) >= 2048 &&
-         pl.w_bytes <= 64 * 1024 && blocks * 4 >= 3LL * sm_count();
+  if (pl.rows == 0) return false;
+  const long long blocks = (a.N + pl.rows - 1) / pl.rows * (long long)a.problems;
+  return row_bytes(a) >= 2048 && pl.w_bytes <= 64 * 1024 && blocks * 4 >= 3LL * sm_count();
 }
 
 cudaError_t gemv_small(const GemvArgs& a, cudaStream_t stream) {

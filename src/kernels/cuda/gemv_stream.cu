@@ -103,20 +103,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
   }
 
   // Stage x (the FP8 activation simulation per 128 values first, fp8_block_sim's arithmetic).
-  if constexpr (ACT8) {
-    for (int b = warp; b < K / 128; b += kWarps) {
-      float4 v = reinterpret_cast<const float4*>(x + size_t(b) * 128)[lane];
-      float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-      amax = warp_max(amax);
-      const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
-      v = make_float4(fp8_round(v.x / s) * s, fp8_round(v.y / s) * s, fp8_round(v.z / s) * s, fp8_round(v.w / s) * s);
-      const int f = b * 32 + lane;  // float4 index in x
-      xs4[(f % NJ) * chunks + f / NJ] = v;
-    }
-  } else {
-    for (int f = threadIdx.x; f < K / 4; f += kThreads)
-      xs4[(f % NJ) * chunks + f / NJ] = reinterpret_cast<const float4*>(x)[f];
-  }
+  stage_x_interleaved<VEC, ACT8>(x, K, xs4);
   __syncthreads();
 
   // One accumulator per row and load slot: a lane's sums are chains of at most VEC + K / (32 * VEC * kIt) + 1
