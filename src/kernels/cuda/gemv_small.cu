@@ -32,8 +32,16 @@ using namespace dev;
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kChunkRows = kWarps;         // rows per bulk-copied chunk: one per warp
 constexpr int kMaxChunks = 32;             // mbarriers per block
-constexpr int kMaxSmem = 200 * 1024;       // weights + scales + x per block
-constexpr int kMaxPieces = 16;             // 16-byte pieces per row and lane (K <= 8192 FP8 / 4096 BF16)
+constexpr int kMaxSmem = 220 * 1024;       // weights + scales + x + partial sums per block
+
+// The pieces per lane the kernel is compiled for (16-byte pieces of a row per lane: row bytes / 512): the row
+// lengths of the V4 matrices (FP8 K = 1024 .. 8192, BF16 K = 1024 .. 4096) and a few between.
+constexpr int kPieceCounts[] = {2, 3, 4, 6, 8, 12, 14, 16};
+bool pieces_supported(int pieces) {
+  for (int p : kPieceCounts)
+    if (p == pieces) return true;
+  return false;
+}
 
 // Whether the next launch may start before this one's wait (MOESERVE_GEMV_SMALL_EARLY=1; default after it, as the
 // other GEMVs). Early measured slower in a chain of these GEMVs on the H200 (shared w2 6.06 against 3.84 us): a
@@ -59,7 +67,7 @@ Plan plan_for(const GemvArgs& a) {
   const bool fp8 = a.wtype == WeightType::FP8;
   const int rb = row_bytes(a);
   const bool fits = !a.group_count && a.M == 1 && a.problems >= 1 && a.N > 0 && rb % 512 == 0 &&
-                    rb / 512 <= kMaxPieces && (!fp8 || (a.row_scale && a.scale_ld > 0)) && a.x_stride % 4 == 0 &&
+                    pieces_supported(rb / 512) && (!fp8 || (a.row_scale && a.scale_ld > 0)) && a.x_stride % 4 == 0 &&
                     reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
                     (a.w_stride * (fp8 ? 1 : 2)) % 16 == 0 &&
                     (!fp8 || (reinterpret_cast<uintptr_t>(a.row_scale) % 16 == 0 && a.scale_stride % 4 == 0));
@@ -77,21 +85,21 @@ Plan plan_for(const GemvArgs& a) {
   if (rows / kChunkRows > kMaxChunks) return pl;
   pl.w_bytes = size_t(rows) * rb;
   pl.s_bytes = fp8 ? (size_t(rows) * a.scale_ld * 4 + 15) / 16 * 16 : 0;
-  pl.smem = pl.w_bytes + pl.s_bytes + size_t(a.K) * 4;
+  pl.smem = pl.w_bytes + pl.s_bytes + size_t(a.K) * 4 + size_t(rows) * 32 * 4;  // + the lanes' partials
   if (pl.smem > size_t(kMaxSmem)) return pl;
   pl.rows = int(rows);
   return pl;
 }
 
-template <bool FP8, bool ACT8>
+template <bool FP8, bool ACT8, int P>
 __global__ void __launch_bounds__(kThreads, 2) gemv_small_kernel(GemvArgs a, int R, bool early) {
   constexpr int VEC = FP8 ? 16 : 8;  // weights per 16-byte piece
   constexpr int kBytes = FP8 ? 1 : 2;
   constexpr int NJ = VEC / 4;        // float4s of x per piece
-  extern __shared__ __align__(128) uint8_t smem[];  // [R rows of weights][R x scale_ld scales][x interleaved]
+  extern __shared__ __align__(128) uint8_t smem[];  // [R rows of weights][R x scale_ld scales][x][R x 32 partials]
   __shared__ uint64_t full[kMaxChunks + 1];         // chunk c, then the scales
   const int p = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int K = a.K, N = a.N, rb = K * kBytes, pieces = rb / 512, chunks16 = K / VEC;
+  const int K = a.K, N = a.N, rb = K * kBytes, chunks16 = K / VEC;
   const int n0 = blockIdx.x * R;
   const int rows = min(R, N - n0);  // > 0: the grid has no empty block
   const int nchunks = (rows + kChunkRows - 1) / kChunkRows;
@@ -99,6 +107,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_small_kernel(GemvArgs a, int
   const size_t s_bytes = FP8 ? (size_t(R) * a.scale_ld * 4 + 15) / 16 * 16 : 0;
   float* ss = reinterpret_cast<float*>(smem + w_bytes);
   float4* xs4 = reinterpret_cast<float4*>(smem + w_bytes + s_bytes);
+  float* partials = reinterpret_cast<float*>(smem + w_bytes + s_bytes + size_t(K) * 4);
 
   // Weights and scales are not written by earlier kernels: every copy goes out before the wait.
   if (threadIdx.x == 0) {
@@ -126,49 +135,83 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_small_kernel(GemvArgs a, int
   __syncthreads();  // x staged; the barriers' init visible to every thread
   if constexpr (FP8) hopper::mbar_wait(&full[nchunks], 0);
 
-  // Chunk c: warp w takes row c * 8 + w; its lanes the row's 16-byte pieces lane + 32 i.
-  float* y = a.y + size_t(p) * a.y_stride;
+  // Chunk c: warp w takes row c * 8 + w; its lanes the row's 16-byte pieces lane + 32 i. What follows a chunk's
+  // last byte is short chains: the P pieces' loads go out together, each piece's products are summed in four
+  // independent chains, and the lane's partial goes to shared memory (the rows' warp sums come after the last
+  // chunk, all at once) instead of five dependent shuffles per row.
   for (int c = 0; c < nchunks; ++c) {
     const int r = c * kChunkRows + warp;
     hopper::mbar_wait(&full[c], 0);
     if (r >= rows) continue;
     const uint32_t row_addr = hopper::smem_addr(smem + size_t(r) * rb);
+    uint4 wq[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i) wq[i] = hopper::lds128(row_addr + 16u * (lane + 32 * i));
     float acc = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kMaxPieces; ++i) {
-      if (i >= pieces) break;
+    for (int i = 0; i < P; ++i) {
       const int piece = lane + 32 * i;
-      const uint4 wq = hopper::lds128(row_addr + 16u * piece);
       float xv[VEC], wf[VEC];
 #pragma unroll
       for (int v = 0; v < NJ; ++v) {
         const float4 q = xs4[v * chunks16 + piece];
         xv[4 * v] = q.x, xv[4 * v + 1] = q.y, xv[4 * v + 2] = q.z, xv[4 * v + 3] = q.w;
       }
-      unpack_weights<FP8>(wq, wf);
-      float part = 0.0f;
+      unpack_weights<FP8>(wq[i], wf);
+      float q4[4] = {xv[0] * wf[0], xv[1] * wf[1], xv[2] * wf[2], xv[3] * wf[3]};
 #pragma unroll
-      for (int v = 0; v < VEC; ++v) part += xv[v] * wf[v];
-      acc += FP8 ? part * ss[size_t(r) * a.scale_ld + piece * VEC / 128] : part;
+      for (int v = 4; v < VEC; ++v) q4[v & 3] = fmaf(xv[v], wf[v], q4[v & 3]);
+      const float part = (q4[0] + q4[1]) + (q4[2] + q4[3]);
+      acc = FP8 ? fmaf(part, ss[size_t(r) * a.scale_ld + piece * VEC / 128], acc) : acc + part;
     }
-    const float sum = warp_sum(acc);
-    if (lane == 0) {
+    partials[r * 32 + lane] = acc;
+  }
+  __syncthreads();
+
+  // The rows' sums: eight lanes per row, four rows per warp and pass.
+  float* y = a.y + size_t(p) * a.y_stride;
+  for (int base = warp * 4; base < rows; base += kWarps * 4) {
+    const int r = base + lane / 8;
+    float s = 0.0f;
+    if (r < rows) {
+      const float4 v = reinterpret_cast<const float4*>(partials + r * 32)[lane % 8];
+      s = (v.x + v.y) + (v.z + v.w);
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    if (r < rows && lane % 8 == 0) {
       float* out = y + n0 + r;
-      *out = a.accumulate ? *out + sum : sum;
+      *out = a.accumulate ? *out + s : s;
     }
   }
 }
 
-template <bool FP8, bool ACT8>
-cudaError_t launch_small(const GemvArgs& a, const Plan& pl, cudaStream_t stream) {
+template <bool FP8, bool ACT8, int P>
+cudaError_t launch_pieces(const GemvArgs& a, const Plan& pl, cudaStream_t stream) {
   static const bool configured = [] {
-    cudaFuncSetAttribute(gemv_small_kernel<FP8, ACT8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
+    cudaFuncSetAttribute(gemv_small_kernel<FP8, ACT8, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
     return true;
   }();
   (void)configured;
   const dim3 grid((a.N + pl.rows - 1) / pl.rows, a.problems);
-  return dev::launch(gemv_small_kernel<FP8, ACT8>, grid, dim3(kThreads), pl.smem, stream, a, pl.rows,
+  return dev::launch(gemv_small_kernel<FP8, ACT8, P>, grid, dim3(kThreads), pl.smem, stream, a, pl.rows,
                      release_early());
+}
+
+template <bool FP8, bool ACT8>
+cudaError_t launch_small(const GemvArgs& a, const Plan& pl, cudaStream_t stream) {
+  switch (row_bytes(a) / 512) {
+    case 2: return launch_pieces<FP8, ACT8, 2>(a, pl, stream);
+    case 3: return launch_pieces<FP8, ACT8, 3>(a, pl, stream);
+    case 4: return launch_pieces<FP8, ACT8, 4>(a, pl, stream);
+    case 6: return launch_pieces<FP8, ACT8, 6>(a, pl, stream);
+    case 8: return launch_pieces<FP8, ACT8, 8>(a, pl, stream);
+    case 12: return launch_pieces<FP8, ACT8, 12>(a, pl, stream);
+    case 14: return launch_pieces<FP8, ACT8, 14>(a, pl, stream);
+    case 16: return launch_pieces<FP8, ACT8, 16>(a, pl, stream);
+    default: return cudaErrorInvalidValue;  // plan_for refuses it
+  }
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 namespace moeserve::cuda {
 
 // Rows per block the kernel would use for args (a multiple of 8), or 0 when it does not fit: dense, M == 1, rows
-// of a multiple of 512 bytes and at most 8 KB, every row of every problem in one block per SM (leave_sms SMs left
-// free), at most 200 KB of weights, scales and x per block, 16-byte aligned x / weights / scales / strides.
+// of 2, 3, 4, 6, 8, 12, 14 or 16 times 512 bytes, every row of every problem in one block per SM (leave_sms SMs left
+// free), at most 220 KB of weights, scales, x and partial sums per block, 16-byte aligned x / weights / scales / strides.
 int gemv_small_rows_per_block(const GemvArgs& args);
 // Whether gemv() routes args here (it fits, and is of the sizes where the kernel measured faster; BF16 only unless
 // MOESERVE_GEMV_SMALL=fp8, never with MOESERVE_GEMV_SMALL=0).
