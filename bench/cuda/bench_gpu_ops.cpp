@@ -117,6 +117,15 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
         MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
       });
       report(fp8 ? "gemv fp8 (exact fp32 act)" : "gemv bf16 (exact fp32 act)", shape, us, bytes, flops, kFp32, true);
+      if (fp8 && M == 1) {  // with the FP8 activation simulation fused, as the model runs it (checkpoint numerics)
+        a.act_fp8 = true;
+        const double us_act8 = time_us([&](int i) {
+          a.w = w.get(i);
+          MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
+        });
+        a.act_fp8 = false;
+        report("gemv fp8 act8 (checkpoint)", shape, us_act8, bytes, flops, kFp32, false);
+      }
       if (cuda::gemv_stream_fits(a)) {  // the streaming kernel called directly (gemv() routes wide weights to it)
         const double us_stream = time_us([&](int i) {
           a.w = w.get(i);
@@ -132,6 +141,15 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
         });
         report(fp8 ? "gemv_small fp8 (direct)" : "gemv_small bf16 (direct)", shape, us_small, bytes, flops, kFp32,
                false);
+        if (fp8) {  // with the FP8 activation simulation of the checkpoint numerics (how the model runs it)
+          a.act_fp8 = true;
+          const double us_act8 = time_us([&](int i) {
+            a.w = w.get(i);
+            MOESERVE_CUDA_CHECK(cuda::gemv_small(a, st));
+          });
+          a.act_fp8 = false;
+          report("gemv_small fp8 act8 (direct)", shape, us_act8, bytes, flops, kFp32, false);
+        }
       }
     }
     if (fp8 && cuda::gemm_fp8_skinny_fits(M, N, K)) {  // the tensor-core skinny GEMM, with its activation quantizer

@@ -229,17 +229,33 @@ TEST(CudaGemm, SkinnyGemmFusedFp8ActivationSimulation) {
   EXPECT_EQ(cuda::gemv(bad, nullptr), cudaErrorInvalidValue);
 }
 
+// How x's values spread: normal; wide (each 128-block scaled by 2^[-60, 60], its values by 2^[-20, 0] more, the
+// second block all zero); one tiny block (all zero but one block scaled by 2^-100, so that y is that block's alone).
+enum class XRange { Normal, Wide, OneTinyBlock };
+
 // A one-row kernel called directly (gemv_stream, gemv_small) over `problems` stacked problems of N x K with their
 // own x and y rows: accumulate onto y0, the FP8 activation simulation when act8. Every element against the double
 // reference of the (simulated) x; with act8 also bit for bit the same kernel fed pre-simulated x. `accept` sees the
 // args first (its own checks; false: not run).
 void check_one_row_kernel(const std::string& name, int N, int K, int problems, bool fp8, bool act8, int leave_sms,
                           std::mt19937_64& g, const std::function<bool(const cuda::GemvArgs&, const std::string&)>& accept,
-                          const std::function<cudaError_t(const cuda::GemvArgs&)>& run) {
+                          const std::function<cudaError_t(const cuda::GemvArgs&)>& run, XRange range = XRange::Normal) {
   Weights w = make_weights(fp8, N, K, problems, g);
   const DeviceWeights dw(w);
   const int xstride = K + 64;
   auto x = normal(size_t(problems) * xstride, g);
+  if (range != XRange::Normal) {
+    std::uniform_int_distribution<int> block_exp(-60, 60), value_exp(-20, 0);
+    for (int p = 0; p < problems; ++p)
+      for (int b = 0; b < K / 128; ++b) {
+        const int be = range == XRange::Wide ? block_exp(g) : -100;
+        for (int k = b * 128; k < (b + 1) * 128; ++k) {
+          float& v = x[size_t(p) * xstride + k];
+          if (range == XRange::Wide) v = b == 1 ? 0.0f : std::ldexp(v, be + value_exp(g));
+          else v = b == K / 256 ? std::ldexp(v, be) : 0.0f;
+        }
+      }
+  }
   std::vector<float> xs = x;  // what the kernel multiplies
   if (act8) ref::fp8_block_sim(xs.data(), problems, xstride, K, 128);
   auto y0 = normal(size_t(problems) * N, g);  // accumulated onto
@@ -252,7 +268,8 @@ void check_one_row_kernel(const std::string& name, int N, int K, int problems, b
   a.accumulate = true;
   a.act_fp8 = act8;
   a.leave_sms = leave_sms;
-  const std::string what = name + (fp8 ? " fp8 " : " bf16 ") + (act8 ? "act8 " : "");
+  const std::string what = name + (fp8 ? " fp8 " : " bf16 ") + (act8 ? "act8 " : "") +
+                           (range == XRange::Wide ? "wide x " : range == XRange::OneTinyBlock ? "one tiny block " : "");
   if (!accept(a, what)) return;
   MOESERVE_CUDA_CHECK(run(a));
   const std::vector<float> got = host(y);
@@ -325,6 +342,14 @@ TEST(CudaGemm, OneBatchGemvSmallMatrices) {
             },
             [](const cuda::GemvArgs& a) { return cuda::gemv_small(a, nullptr); });
     }
+  // x's values spread over 120 binades between blocks and 20 within one, a zero block, and one block of values near
+  // 2^-100 alone (y is then that block's alone): the fp32 products, and the FP8 simulation's block scales at their
+  // extremes (its 1e-4 amax floor included).
+  for (XRange range : {XRange::Wide, XRange::OneTinyBlock})
+    for (bool act8 : {false, true})
+      check_one_row_kernel(
+          "gemv_small flash w2", 4096, 2048, 1, true, act8, 0, g, [](const cuda::GemvArgs&, const std::string&) { return true; },
+          [](const cuda::GemvArgs& a) { return cuda::gemv_small(a, nullptr); }, range);
   // Not its case: refused. Two rows; a BF16 row of 7168 (14 KB); 4096 x 8192 FP8 (wo_b: 256 KB per block); rows
   // not a multiple of 512 bytes.
   auto dummy = dev(std::vector<float>(64));
