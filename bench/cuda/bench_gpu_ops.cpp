@@ -112,44 +112,28 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
       a.y = static_cast<float*>(y.data());
       a.ldy = N;
       a.M = M;
-      const double us = time_us([&](int i) {
-        a.w = w.get(i);
-        MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
-      });
-      report(fp8 ? "gemv fp8 (exact fp32 act)" : "gemv bf16 (exact fp32 act)", shape, us, bytes, flops, kFp32, true);
-      if (fp8 && M == 1) {  // with the FP8 activation simulation fused, as the model runs it (checkpoint numerics)
-        a.act_fp8 = true;
-        const double us_act8 = time_us([&](int i) {
+      // us per call of run(a) over the rotated weight copies; act8: with the FP8 activation simulation fused, as
+      // the model runs one-row FP8 linears under the checkpoint numerics.
+      auto time_gemv = [&](cudaError_t (*run)(const cuda::GemvArgs&, cudaStream_t), bool act8) {
+        a.act_fp8 = act8;
+        const double t = time_us([&](int i) {
           a.w = w.get(i);
-          MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
+          MOESERVE_CUDA_CHECK(run(a, st));
         });
         a.act_fp8 = false;
-        report("gemv fp8 act8 (checkpoint)", shape, us_act8, bytes, flops, kFp32, false);
-      }
-      if (cuda::gemv_stream_fits(a)) {  // the streaming kernel called directly (gemv() routes wide weights to it)
-        const double us_stream = time_us([&](int i) {
-          a.w = w.get(i);
-          MOESERVE_CUDA_CHECK(cuda::gemv_stream(a, st));
-        });
-        report(fp8 ? "gemv_stream fp8 (direct)" : "gemv_stream bf16 (direct)", shape, us_stream, bytes, flops, kFp32,
-               false);
-      }
+        return t;
+      };
+      report(fp8 ? "gemv fp8 (exact fp32 act)" : "gemv bf16 (exact fp32 act)", shape, time_gemv(cuda::gemv, false),
+             bytes, flops, kFp32, true);
+      if (fp8 && M == 1)
+        report("gemv fp8 act8 (checkpoint)", shape, time_gemv(cuda::gemv, true), bytes, flops, kFp32, false);
+      if (cuda::gemv_stream_fits(a))  // the streaming kernel called directly (gemv() routes wide weights to it)
+        report(fp8 ? "gemv_stream fp8 (direct)" : "gemv_stream bf16 (direct)", shape, time_gemv(cuda::gemv_stream, false),
+               bytes, flops, kFp32, false);
       if (cuda::gemv_small_rows_per_block(a) > 0) {  // the one-batch kernel called directly (gemv() routes some)
-        const double us_small = time_us([&](int i) {
-          a.w = w.get(i);
-          MOESERVE_CUDA_CHECK(cuda::gemv_small(a, st));
-        });
-        report(fp8 ? "gemv_small fp8 (direct)" : "gemv_small bf16 (direct)", shape, us_small, bytes, flops, kFp32,
-               false);
-        if (fp8) {  // with the FP8 activation simulation of the checkpoint numerics (how the model runs it)
-          a.act_fp8 = true;
-          const double us_act8 = time_us([&](int i) {
-            a.w = w.get(i);
-            MOESERVE_CUDA_CHECK(cuda::gemv_small(a, st));
-          });
-          a.act_fp8 = false;
-          report("gemv_small fp8 act8 (direct)", shape, us_act8, bytes, flops, kFp32, false);
-        }
+        report(fp8 ? "gemv_small fp8 (direct)" : "gemv_small bf16 (direct)", shape, time_gemv(cuda::gemv_small, false),
+               bytes, flops, kFp32, false);
+        if (fp8) report("gemv_small fp8 act8 (direct)", shape, time_gemv(cuda::gemv_small, true), bytes, flops, kFp32, false);
       }
     }
     if (fp8 && cuda::gemm_fp8_skinny_fits(M, N, K)) {  // the tensor-core skinny GEMM, with its activation quantizer
