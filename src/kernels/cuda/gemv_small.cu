@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv_small.h"
@@ -36,11 +38,18 @@ constexpr int kMaxSmem = 220 * 1024;       // weights + scales + x + partial sum
 
 // The pieces per lane the kernel is compiled for (16-byte pieces of a row per lane: row bytes / 512): the row
 // lengths of the V4 matrices (FP8 K = 1024 .. 8192, BF16 K = 1024 .. 4096) and a few between.
-constexpr int kPieceCounts[] = {2, 3, 4, 6, 8, 12, 14, 16};
+using PieceCounts = std::integer_sequence<int, 2, 3, 4, 6, 8, 12, 14, 16>;
+// f(std::integral_constant<int, P>{}) for the P of PieceCounts equal to pieces; false when there is none.
+template <class F, int... Ps>
+bool with_pieces(int pieces, F&& f, std::integer_sequence<int, Ps...>) {
+  return ((pieces == Ps ? (f(std::integral_constant<int, Ps>{}), true) : false) || ...);
+}
+template <class F>
+bool with_pieces(int pieces, F&& f) {
+  return with_pieces(pieces, f, PieceCounts{});
+}
 bool pieces_supported(int pieces) {
-  for (int p : kPieceCounts)
-    if (p == pieces) return true;
-  return false;
+  return with_pieces(pieces, [](auto) {});
 }
 
 // Whether the next launch may start before this one's wait (MOESERVE_GEMV_SMALL_EARLY=1; default after it, as the
@@ -201,17 +210,9 @@ cudaError_t launch_pieces(const GemvArgs& a, const Plan& pl, cudaStream_t stream
 
 template <bool FP8, bool ACT8>
 cudaError_t launch_small(const GemvArgs& a, const Plan& pl, cudaStream_t stream) {
-  switch (row_bytes(a) / 512) {
-    case 2: return launch_pieces<FP8, ACT8, 2>(a, pl, stream);
-    case 3: return launch_pieces<FP8, ACT8, 3>(a, pl, stream);
-    case 4: return launch_pieces<FP8, ACT8, 4>(a, pl, stream);
-    case 6: return launch_pieces<FP8, ACT8, 6>(a, pl, stream);
-    case 8: return launch_pieces<FP8, ACT8, 8>(a, pl, stream);
-    case 12: return launch_pieces<FP8, ACT8, 12>(a, pl, stream);
-    case 14: return launch_pieces<FP8, ACT8, 14>(a, pl, stream);
-    case 16: return launch_pieces<FP8, ACT8, 16>(a, pl, stream);
-    default: return cudaErrorInvalidValue;  // plan_for refuses it
-  }
+  cudaError_t err = cudaErrorInvalidValue;  // pieces not compiled for: plan_for refuses them
+  with_pieces(row_bytes(a) / 512, [&](auto P) { err = launch_pieces<FP8, ACT8, decltype(P)::value>(a, pl, stream); });
+  return err;
 }
 
 }  // namespace
