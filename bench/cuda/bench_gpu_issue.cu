@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "graph_timing.h"
 #include "kernels/cuda/device.h"
 
 namespace {
@@ -98,17 +99,15 @@ void run_all(int sms, long long* cycles, uint32_t* sink) {
 }  // namespace
 
 int main() {
-  int dev = 0, sms = 0;
-  cudaDeviceProp prop{};
-  MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
-  MOESERVE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  sms = prop.multiProcessorCount;
+  const auto* info = moeserve::bench::device_or_skip();
+  if (!info) return 0;
+  const int sms = info->multiprocessors;
   long long* cycles = nullptr;
   uint32_t* sink = nullptr;
   MOESERVE_CUDA_CHECK(cudaMalloc(&cycles, sizeof(long long) * sms));
   MOESERVE_CUDA_CHECK(cudaMalloc(&sink, sizeof(uint32_t)));
   std::printf("# bench_gpu_issue on %s (%d SMs): %d threads per SM, %d independent chains each; results per clock\n",
-              prop.name, sms, kThreads, kChains);
+              info->name.c_str(), sms, kThreads, kChains);
   std::printf("| instruction                          | per SM   | per SMSP |\n|---|---|---|\n");
   run_all<0>(sms, cycles, sink);
   MOESERVE_CUDA_CHECK(cudaFree(cycles));

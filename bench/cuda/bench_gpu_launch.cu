@@ -55,11 +55,9 @@ void launch(void (*kernel)(Args...), int blocks, bool pdl, cudaStream_t st, Args
 }  // namespace
 
 int main() {
-  const moeserve::cuda::DeviceInfo& info = moeserve::cuda::device_info();
-  if (!info.available) {
-    std::printf("skipped: %s\n", info.reason.c_str());
-    return 0;
-  }
+  const auto* dev_info = moeserve::bench::device_or_skip();
+  if (!dev_info) return 0;
+  const auto& info = *dev_info;
   const int sms = info.multiprocessors;
   std::printf("# bench_gpu_launch on %s (%d SMs): a chain of %d dependent launches in a CUDA graph, %d replays\n",
               info.name.c_str(), sms, kChain, kReplays);

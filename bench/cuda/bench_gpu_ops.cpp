@@ -729,11 +729,9 @@ void bench_fixture() {
 int main(int argc, char** argv) {
   if (argc > 1) filter = argv[1];
   if (const char* s = std::getenv("MOESERVE_BENCH_SHAPE")) shape_filter = s;
-  const cuda::DeviceInfo& info = cuda::device_info();
-  if (!info.available) {
-    std::printf("skipped: %s\n", info.reason.c_str());
-    return 0;
-  }
+  const auto* dev_info = moeserve::bench::device_or_skip();
+  if (!dev_info) return 0;
+  const auto& info = *dev_info;
   std::printf("# bench_gpu_ops on %s (%d SMs); ceilings: %.2f TB/s, bf16 %.0f, fp8 %.0f, fp32 SIMT %.0f TFLOP/s\n",
               info.name.c_str(), info.multiprocessors, kBw / 1e12, kBf16 / 1e12, kFp8 / 1e12, kFp32 / 1e12);
   std::printf("| %-28s | %-34s | %9s | %9s | %9s | %8s | %7s | %8s | %6s |\n", "op", "shape", "us", "MB", "GFLOP", "GB/s",

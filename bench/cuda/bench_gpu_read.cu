@@ -117,11 +117,9 @@ struct Variant {
 }  // namespace
 
 int main() {
-  const moeserve::cuda::DeviceInfo& info = moeserve::cuda::device_info();
-  if (!info.available) {
-    std::printf("skipped: %s\n", info.reason.c_str());
-    return 0;
-  }
+  const auto* dev_info = moeserve::bench::device_or_skip();
+  if (!dev_info) return 0;
+  const auto& info = *dev_info;
   const int sms = info.multiprocessors;
   std::printf("# bench_gpu_read on %s (%d SMs): one read of N bytes per launch, chains of dependent PDL launches in a "
               "CUDA graph over copies of > 512 MB; roofline N / %.2f TB/s\n",

@@ -101,11 +101,9 @@ void row(int sms, int groups, long long* cycles, float* sink, cudaStream_t st, d
 }  // namespace
 
 int main() {
-  const DeviceInfo& info = device_info();
-  if (!info.available) {
-    std::printf("skipped: %s\n", info.reason.c_str());
-    return 0;
-  }
+  const auto* dev_info = moeserve::bench::device_or_skip();
+  if (!dev_info) return 0;
+  const auto& info = *dev_info;
   const int sms = info.multiprocessors;
   std::printf("# bench_gpu_wgmma on %s (%d SMs): FP8 wgmma, A in registers, groups of 4 chained k32 steps + wait\n",
               info.name.c_str(), sms);

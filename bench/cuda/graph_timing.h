@@ -1,11 +1,21 @@
 #pragma once
-// Timing shared by the GPU benchmarks: the milliseconds of work enqueued on a stream between two events, and the
-// microseconds per call of a chain of calls captured in one CUDA graph and replayed.
+// What the GPU benchmarks share: the device or the reason they skip, the milliseconds of work enqueued on a stream
+// between two events, and the microseconds per call of a chain of calls captured in one CUDA graph and replayed.
 #include <cuda_runtime.h>
+
+#include <cstdio>
 
 #include "kernels/cuda/device.h"
 
 namespace moeserve::bench {
+
+// The device to benchmark, or null after printing why the benchmark is skipped (no GPU, not sm_90).
+inline const cuda::DeviceInfo* device_or_skip() {
+  const cuda::DeviceInfo& info = cuda::device_info();
+  if (info.available) return &info;
+  std::printf("skipped: %s\n", info.reason.c_str());
+  return nullptr;
+}
 
 // Milliseconds of the work work() enqueues on st, between two events.
 template <class F>
