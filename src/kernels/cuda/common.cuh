@@ -213,8 +213,9 @@ __device__ __forceinline__ void pdl_begin(bool release_first) {
 
 // x's 128-value blocks (K % 128 == 0), a warp per block: emit(b, v, amax) gets this lane's four values of block b
 // (float4 b * 32 + lane) and the block's largest magnitude. Each warp loads all of its blocks (up to 4 per pass)
-// before it reduces any, so that their memory latencies and maxima overlap.
-template <class Emit>
+// before it reduces any, so that their memory latencies and maxima overlap. L2: loads that bypass L1 (x written by
+// other blocks of the same kernel).
+template <bool L2 = false, class Emit>
 __device__ __forceinline__ void for_x_blocks(const float* x, int K, Emit emit) {
   constexpr int kBatch = 4;
   const int lane = threadIdx.x & 31, warps = int(blockDim.x >> 5), KB = K / 128;
@@ -225,7 +226,7 @@ __device__ __forceinline__ void for_x_blocks(const float* x, int K, Emit emit) {
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int b = b0 + j * warps;
-      v[j] = b < KB ? x4[b * 32 + lane] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      v[j] = b >= KB ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : L2 ? __ldcg(x4 + b * 32 + lane) : x4[b * 32 + lane];
       m[j] = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
     }
 #pragma unroll
@@ -245,13 +246,13 @@ __device__ __forceinline__ void for_x_blocks(const float* x, int K, Emit emit) {
 // first (fp8_block_sim's arithmetic, one warp per block of 128; K % 128 == 0), four values at a time with the
 // block's exact reciprocal: with a division per value and a block at a time it cost a one-row GEMV of K = 4096 on
 // the H200 ~1.2 us more than the plain copy, and 4.1 us at K = 16384 (bench_gpu_ops linear, the `gemv fp8 act8`
-// rows). Every thread of the block takes part; the caller synchronizes before reading.
-template <int VEC, bool ACT8>
+// rows). Every thread of the block takes part; the caller synchronizes before reading. L2: as for_x_blocks.
+template <int VEC, bool ACT8, bool L2 = false>
 __device__ __forceinline__ void stage_x_interleaved(const float* x, int K, float4* xs4) {
   constexpr int NJ = VEC / 4;  // float4s per chunk
   const int chunks = K / VEC, lane = threadIdx.x & 31;
   if constexpr (ACT8) {
-    for_x_blocks(x, K, [&](int b, float4 v, float amax) {
+    for_x_blocks<L2>(x, K, [&](int b, float4 v, float amax) {
       const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
       const float4 q = fp8_round4(v, 1.0f / s);
       v = make_float4(q.x * s, q.y * s, q.z * s, q.w * s);
@@ -259,8 +260,10 @@ __device__ __forceinline__ void stage_x_interleaved(const float* x, int K, float
       xs4[(f % NJ) * chunks + f / NJ] = v;
     });
   } else {
-    for (int f = threadIdx.x; f < K / 4; f += blockDim.x)
-      xs4[(f % NJ) * chunks + f / NJ] = reinterpret_cast<const float4*>(x)[f];
+    for (int f = threadIdx.x; f < K / 4; f += blockDim.x) {
+      const float4* x4 = reinterpret_cast<const float4*>(x) + f;
+      xs4[(f % NJ) * chunks + f / NJ] = L2 ? __ldcg(x4) : *x4;
+    }
   }
 }
 

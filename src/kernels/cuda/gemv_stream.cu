@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv_stream.h"
+#include "kernels/cuda/stream_unit.cuh"
 
 namespace moeserve::cuda {
 
@@ -21,30 +22,14 @@ namespace {
 using namespace dev;
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
-constexpr int kRowsU = 4;  // weight rows per unit (one warp)
-constexpr int kIt = 2;     // 16-byte loads per lane, row and unit
-
-// Sums of 4 per-lane values over the warp: returns row (lane >> 3)'s sum in lanes 0, 8, 16, 24 (6 shuffles
-// instead of 4 x 5: each step halves the rows a lane carries before the last three).
-__device__ __forceinline__ float warp_sum4(const float (&v)[kRowsU], int lane) {
-  const bool h16 = lane & 16, h8 = lane & 8;
-  float k0 = h16 ? v[2] : v[0], k1 = h16 ? v[3] : v[1];
-  k0 += __shfl_xor_sync(0xffffffffu, h16 ? v[0] : v[2], 16);
-  k1 += __shfl_xor_sync(0xffffffffu, h16 ? v[1] : v[3], 16);
-  float k = h8 ? k1 : k0;
-  k += __shfl_xor_sync(0xffffffffu, h8 ? k0 : k1, 8);
-  k += __shfl_xor_sync(0xffffffffu, k, 4);
-  k += __shfl_xor_sync(0xffffffffu, k, 2);
-  k += __shfl_xor_sync(0xffffffffu, k, 1);
-  return k;
-}
+constexpr int kRowsU = kStreamRows;  // weight rows per unit (one warp)
+constexpr int kIt = kStreamIt;       // 16-byte loads per lane, row and unit
 
 template <bool FP8, bool ACT8>
 __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, int WQ) {
   constexpr int VEC = FP8 ? 16 : 8;           // weights per 16-byte load
   constexpr int kBytes = FP8 ? 1 : 2;
   constexpr int kUnitK = 32 * VEC * kIt;      // k per unit
-  constexpr int NJ = VEC / 4;                 // float4s of x per lane and load
   extern __shared__ float4 xs4[];             // x: float4 j of chunk c at [j * chunks + c]
   const int K = a.K, N = a.N, p = blockIdx.y;
   const int chunks = K / VEC;
@@ -62,10 +47,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
   const int qstride = gridDim.x * teams;
   __shared__ float red[2][kWarps][kRowsU];  // a team's per-warp row sums, by quad parity
 
-  struct Unit {
-    uint4 w[kRowsU][kIt];
-    float s[kRowsU][kIt];
-  };
+  using Unit = StreamUnit;
   // The unit (quad q, k step ks): 16-byte loads (zeros past N or K) and, FP8, the rows' block scales.
   auto load = [&](int q, int ks, Unit& u) {
 #pragma unroll
@@ -115,38 +97,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
     const int nks = more ? ks + WQ : wi;
     const int nq = more ? q : q + qstride;
     if (nq < quads) load(nq, nks, nxt);
-#pragma unroll
-    for (int i = 0; i < kIt; ++i) {
-      const int c = ks * (kUnitK / VEC) + i * 32 + lane;  // this lane's chunk
-      if (c >= chunks) continue;
-      float xv[VEC];
-#pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-        const float4 v = xs4[j * chunks + c];
-        xv[4 * j] = v.x;
-        xv[4 * j + 1] = v.y;
-        xv[4 * j + 2] = v.z;
-        xv[4 * j + 3] = v.w;
-      }
-#pragma unroll
-      for (int r = 0; r < kRowsU; ++r) {
-        float wf[VEC];
-        unpack_weights<FP8>(cur.w[r][i], wf);
-        float part = 0.0f;
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) part += xv[v] * wf[v];
-        acc[r][i] += FP8 ? part * cur.s[r][i] : part;
-      }
-    }
+    stream_accumulate<FP8>(cur, xs4, chunks, ks, lane, acc);
     if (!more) {  // this warp's share of the quad is complete
-      float rows[kRowsU];
-#pragma unroll
-      for (int r = 0; r < kRowsU; ++r) {
-        rows[r] = acc[r][0];
-#pragma unroll
-        for (int i = 1; i < kIt; ++i) rows[r] += acc[r][i];
-      }
-      float sum = warp_sum4(rows, lane);
+      float sum = stream_row_sums(acc, lane);
       if (WQ > 1) {  // the team's sums, added in warp order by its first warp
         if ((lane & 7) == 0) red[parity][warp][lane >> 3] = sum;
         asm volatile("bar.sync %0, %1;" ::"r"(1 + team), "r"(WQ * 32) : "memory");
@@ -161,10 +114,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
         float* out = y + n;
         *out = a.accumulate ? *out + sum : sum;
       }
-#pragma unroll
-      for (int r = 0; r < kRowsU; ++r)
-#pragma unroll
-        for (int i = 0; i < kIt; ++i) acc[r][i] = 0.0f;
+      stream_clear(acc);
     }
     q = nq;
     ks = nks;
