@@ -23,6 +23,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemv_small.h"
 #include "kernels/cuda/gemv_stream.h"
+#include "kernels/cuda/moe_fp8_one_token.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
 #include "engine/gpu_generate.h"
@@ -525,6 +526,40 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
   const std::string shape = model + " M=" + std::to_string(T) + " E=" + std::to_string(E);
   report(std::string("MoE routed ") + (fp8 ? "fp8" : "bf16") + " (route+group+2 gemv)", shape, us, bytes,
          2.0 * TK * 3 * I * D, kFp32, true);
+  if (fp8 && T == 1) {
+    // Route, the one-launch experts (W13, SwiGLU and W2 of every slot), combine: exact activations as the row
+    // above, then the checkpoint numerics' FP8 activation simulation. Not the engine's default (GpuModel::moe,
+    // MOESERVE_MOE_ONE_LAUNCH=1), so not counted against the bar.
+    cuda::DeviceArray<uint32_t> barrier(2, "barrier");
+    barrier.fill_bytes(0, st);
+    for (bool act8 : {false, true}) {
+      cuda::MoeFp8OneTokenArgs f;
+      f.w13 = {W13.data(), static_cast<float*>(rs1.data()), sld1, (long long)w13, (long long)2 * I * sld1};
+      f.w2 = {W2.data(), static_cast<float*>(rs2.data()), sld2, (long long)w2, (long long)D * sld2};
+      f.D = D;
+      f.I = I;
+      f.K = K;
+      f.x = static_cast<float*>(x.data());
+      f.chosen = chosen.data();
+      f.weight = static_cast<float*>(wts.data());
+      f.limit = 10.0f;
+      f.act_fp8 = act8;
+      f.act = static_cast<float*>(act.data());
+      f.y = static_cast<float*>(y.data());
+      f.row_of_slot = ros.data();
+      f.barrier = barrier.data();
+      const double us1 = time_us([&](int) {
+        MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0,
+                                            static_cast<float*>(bias.data()), nullptr, ids.data(), true, 1.5f,
+                                            chosen.data(), static_cast<float*>(wts.data()), st));
+        MOESERVE_CUDA_CHECK(cuda::moe_fp8_one_token(f, st));
+        MOESERVE_CUDA_CHECK(cuda::moe_combine(static_cast<float*>(y.data()), D, ros.data(), T, K,
+                                              static_cast<float*>(out.data()), st));
+      }, 10);
+      report(act8 ? "MoE routed fp8 (route+1 launch+combine) act8" : "MoE routed fp8 (route+1 launch+combine)", shape,
+             us1, bytes, 2.0 * TK * 3 * I * D, kFp32, false);
+    }
+  }
   if (!fp8 || !cuda::gemm_fp8_skinny_fits(T, 2 * I, D)) return;
   // As the engine runs FP8 experts at up to 64 rows each in checkpoint numerics: gather, quantize, the grouped
   // tensor-core skinny GEMM, SwiGLU, quantize, the grouped skinny GEMM, combine.

@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/moe_fp8_one_token.h"
 
 namespace moeserve::model {
 
@@ -113,7 +114,15 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
       *on = true;
     }
   }
-  if (const char* e = std::getenv("MOESERVE_SHARED_AT"); e && std::string(e) == "router") shared_after_glue_ = false;
+  if (const char* e = std::getenv("MOESERVE_SHARED_AT")) {
+    const std::string v = e;
+    check(v == "router" || v == "glue" || v == "main", "MOESERVE_SHARED_AT='{}': expected router, glue or main", v);
+    shared_after_glue_ = v == "glue";
+    shared_on_main_ = v == "main";
+  }
+  if (const char* e = std::getenv("MOESERVE_MOE_ONE_LAUNCH")) one_launch_experts_ = std::string(e) == "1";
+  moe_barrier_ = DeviceArray<uint32_t>(2, "MoE grid barrier");
+  moe_barrier_.fill_bytes(0);
   // Diagnostics of the BF16 linears past 8 rows (cuBLASLt): MOESERVE_BF16_LT=0 sends them all to the GEMV, =wide
   // only those of N < 64 (the router gate of the test models); MOESERVE_BF16_TERMS=1|2|3: the bf16 terms an fp32
   // input is fed as (those linears and the skinny wo_a); MOESERVE_LT_SYNC=1 synchronizes the stream after each
@@ -743,7 +752,7 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
   // The shared expert writes `out` (on side stream 0 in a decode-sized step); the routed experts' combine adds
   // to it after the join.
   auto shared = [&] {
-    if (par) fork(0);
+    if (par && !shared_on_main_) fork(0);
     linear(L.shared_w13.view(), x, T, D, sh13_, 2 * I, true);
     MOESERVE_CUDA_CHECK(cuda::swiglu(sh13_, T, nullptr, I, limit, nullptr, sact_, cur()));
     linear(L.shared_w2.view(), sact_, T, I, out, D, true);
@@ -782,6 +791,34 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
     if (combine) MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
     return;
   }
+  const bool sim = num.act_fp8 && L.experts_w13.act_quant;
+  const GemmView w13 = L.experts_w13.view(), w2 = L.experts_w2.view();
+  // One token over FP8 experts: W13, SwiGLU and W2 of every slot in one launch (moe_fp8_one_token.h), bit for bit
+  // the grouped GEMV chain below but without its three launches between the weight streams.
+  // MOESERVE_MOE_ONE_LAUNCH=0: the chain (A/B runs).
+  if (T == 1 && one_launch_experts_ && w13.type == WeightType::FP8 && w2.type == WeightType::FP8) {
+    cuda::MoeFp8OneTokenArgs f;
+    f.w13 = {w13.w, w13.row_scale, w13.scale_ld, (long long)2 * I * D, (long long)2 * I * w13.scale_ld};
+    f.w2 = {w2.w, w2.row_scale, w2.scale_ld, (long long)D * I, (long long)D * w2.scale_ld};
+    f.D = D;
+    f.I = I;
+    f.K = K;
+    f.x = x;
+    f.chosen = chosen_;
+    f.weight = route_w_;
+    f.limit = limit;
+    f.act_fp8 = sim;
+    f.act = act_;
+    f.y = ye_;
+    f.row_of_slot = row_of_slot_;
+    f.barrier = moe_barrier_.data();
+    if (cuda::moe_fp8_one_token_fits(f)) {
+      MOESERVE_CUDA_CHECK(cuda::moe_fp8_one_token(f, st));
+      if (par) join(0);
+      if (combine) MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
+      return;
+    }
+  }
   // Routed experts, grouped by expert.
   int* ge = groups_;
   int* go = groups_ + E;
@@ -789,9 +826,7 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
   int* ng = groups_ + 3 * E;
   MOESERVE_CUDA_CHECK(cuda::moe_group(chosen_, route_w_, T, K, E, nullptr, ge, go, gc, ng, row_of_slot_, token_of_row_,
                                       weight_of_row_, st));
-  const bool sim = num.act_fp8 && L.experts_w13.act_quant;
   const bool large = !options_.exact && TK > kSkinnyRows * E;
-  const GemmView w13 = L.experts_w13.view(), w2 = L.experts_w2.view();
   // Distinct experts per token (top-k, or a hash table checked at load): an expert has at most T rows.
   const int max_rows = spec.hash_moe && !L.tid2eid_distinct ? TK : T;
   // One row per expert (batch 1) stays on the streaming GEMV: faster than the tensor-core path there (V4-Flash

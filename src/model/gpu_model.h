@@ -150,6 +150,10 @@ class GpuModel {
   // A one-token step's shared expert forks off the main stream after the MXFP4 routing glue, not before the
   // router (MOESERVE_SHARED_AT=router keeps it before, for A/B runs).
   bool shared_after_glue_ = true;
+  bool shared_on_main_ = false;  // MOESERVE_SHARED_AT=main: the shared expert on the main stream (A/B runs)
+  // FP8 experts at one token in one launch (MOESERVE_MOE_ONE_LAUNCH=1): off by default, see GpuModel::moe.
+  bool one_launch_experts_ = false;
+  cuda::DeviceArray<uint32_t> moe_barrier_;  // its grid barrier (the MoE runs on the main stream only)
   // MOESERVE_W4A8_DECODE_CONFIGS=W13:W2 (config names, kernels/cuda/moe_w4a8.h): the decode chain's GEMM configs
   // instead of the dispatch table's (A/B runs); -1: the table.
   int w4a8_decode_cfg_[2] = {-1, -1};

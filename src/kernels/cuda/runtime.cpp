@@ -79,6 +79,7 @@ template class DeviceArray<double>;
 template class DeviceArray<int>;
 template class DeviceArray<uint8_t>;
 template class DeviceArray<uint16_t>;
+template class DeviceArray<uint32_t>;
 
 Stream::Stream(StreamPriority priority) {
   if (priority == StreamPriority::Normal) {
