@@ -2,7 +2,8 @@
 # On the GPU machine (device tool), after scripts/device-prepare.sh here: profiles for performance work, beside
 # (not part of) device-check. Everything lands under $OUT.
 # Usage: bash scripts/device-profile.sh --prebuilt .device-bin.tar.xz WHAT...
-#   layer[@BINARY]        nsys node-level timeline of the batch-1 4-layer V4-Flash MXFP4 decode graph
+#   layer[@BINARY]        nsys node-level timeline of the batch-1 4-layer V4-Flash MXFP4 decode graph (FP8 experts
+#                         with MOESERVE_LAYER_EXPERTS=fp8)
 #                         -> layer_trace.csv (read it here with tools/nsys_timeline.py); @BINARY: that benchmark
 #                         of the prebuilt set instead of bench_gpu_ops (e.g. a VARIANTS build) -> layer_BINARY_*;
 #                         PROFILE_LAYER_B=8 or 32 in the environment: that batch's graph instead

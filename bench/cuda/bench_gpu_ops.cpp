@@ -665,9 +665,10 @@ void bench_layer_decode(cuda::Blas& blas) {
     }
     const int reps = 10;
     // MOESERVE_PROFILE_LAYER_B=1: a profiler range (nsys --capture-range=cudaProfilerApi) around one round of
-    // timed replays of the 4-layer MXFP4-expert model at that batch, for a per-kernel breakdown.
+    // timed replays of the 4-layer model at that batch, for a per-kernel breakdown: MXFP4 experts, or FP8 ones
+    // under MOESERVE_LAYER_EXPERTS=fp8.
     const char* prof_b = std::getenv("MOESERVE_PROFILE_LAYER_B");
-    const bool profile = prof_b && std::atoi(prof_b) == B && mxfp4;
+    const bool profile = prof_b && std::atoi(prof_b) == B && (mxfp4 || only);
     // The best of 4 alternating rounds of `reps` replays each (clocks are not fixed; single rounds varied by 20 %).
     double step[2] = {1e30, 1e30};
     for (int round = 0; round < (profile ? 1 : 4); ++round)
