@@ -532,22 +532,22 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
     // MOESERVE_MOE_ONE_LAUNCH=1), so not counted against the bar.
     cuda::DeviceArray<uint32_t> barrier(2, "barrier");
     barrier.fill_bytes(0, st);
+    cuda::MoeFp8OneTokenArgs f;
+    f.w13 = {W13.data(), static_cast<float*>(rs1.data()), sld1, (long long)w13, (long long)2 * I * sld1};
+    f.w2 = {W2.data(), static_cast<float*>(rs2.data()), sld2, (long long)w2, (long long)D * sld2};
+    f.D = D;
+    f.I = I;
+    f.K = K;
+    f.x = static_cast<float*>(x.data());
+    f.chosen = chosen.data();
+    f.weight = static_cast<float*>(wts.data());
+    f.limit = 10.0f;
+    f.act = static_cast<float*>(act.data());
+    f.y = static_cast<float*>(y.data());
+    f.row_of_slot = ros.data();
+    f.barrier = barrier.data();
     for (bool act8 : {false, true}) {
-      cuda::MoeFp8OneTokenArgs f;
-      f.w13 = {W13.data(), static_cast<float*>(rs1.data()), sld1, (long long)w13, (long long)2 * I * sld1};
-      f.w2 = {W2.data(), static_cast<float*>(rs2.data()), sld2, (long long)w2, (long long)D * sld2};
-      f.D = D;
-      f.I = I;
-      f.K = K;
-      f.x = static_cast<float*>(x.data());
-      f.chosen = chosen.data();
-      f.weight = static_cast<float*>(wts.data());
-      f.limit = 10.0f;
       f.act_fp8 = act8;
-      f.act = static_cast<float*>(act.data());
-      f.y = static_cast<float*>(y.data());
-      f.row_of_slot = ros.data();
-      f.barrier = barrier.data();
       const double us1 = time_us([&](int) {
         MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0,
                                             static_cast<float*>(bias.data()), nullptr, ids.data(), true, 1.5f,

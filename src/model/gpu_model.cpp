@@ -393,6 +393,12 @@ void set_weights(cuda::GemvArgs& a, const GemmView& v, int N, int K) {
   a.w_stride = (long long)N * K;
   a.scale_stride = (long long)N * v.scale_ld;
 }
+// Stacked FP8 experts of N x K as set_weights lays them out, for the one-launch MoE.
+cuda::Fp8ExpertWeights fp8_experts(const GemmView& v, int N, int K) {
+  cuda::GemvArgs a;
+  set_weights(a, v, N, K);
+  return {a.w, a.row_scale, a.scale_ld, a.w_stride, a.scale_stride};
+}
 }  // namespace
 
 // bench_gpu_ops linear on the H200 (docs/benchmarks/cuda-ops.md, eighth session): from 2 rows the skinny GEMM
@@ -794,12 +800,13 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
   const bool sim = num.act_fp8 && L.experts_w13.act_quant;
   const GemmView w13 = L.experts_w13.view(), w2 = L.experts_w2.view();
   // One token over FP8 experts: W13, SwiGLU and W2 of every slot in one launch (moe_fp8_one_token.h), bit for bit
-  // the grouped GEMV chain below but without its three launches between the weight streams.
-  // MOESERVE_MOE_ONE_LAUNCH=0: the chain (A/B runs).
+  // the grouped GEMV chain below but without its three launches between the weight streams. Opt-in
+  // (MOESERVE_MOE_ONE_LAUNCH=1): the V4-Flash layer measured ~1.8 us slower with it, because its blocks fill every SM
+  // while the shared expert's SwiGLU and W2 wait on their side stream (docs/benchmarks/cuda-ops.md, 24th session).
   if (T == 1 && one_launch_experts_ && w13.type == WeightType::FP8 && w2.type == WeightType::FP8) {
     cuda::MoeFp8OneTokenArgs f;
-    f.w13 = {w13.w, w13.row_scale, w13.scale_ld, (long long)2 * I * D, (long long)2 * I * w13.scale_ld};
-    f.w2 = {w2.w, w2.row_scale, w2.scale_ld, (long long)D * I, (long long)D * w2.scale_ld};
+    f.w13 = fp8_experts(w13, 2 * I, D);
+    f.w2 = fp8_experts(w2, D, I);
     f.D = D;
     f.I = I;
     f.K = K;

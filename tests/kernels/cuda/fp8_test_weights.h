@@ -54,7 +54,7 @@ inline Weights make_weights(bool fp8, int N, int K, int count, std::mt19937_64& 
   return w;
 }
 
-
+// Weights on the device (one problem, or `count` stacked experts), and the gemv weight fields pointing at them.
 struct DeviceWeights {
   cuda::DeviceArray<uint16_t> wb;
   cuda::DeviceArray<uint8_t> wq;

@@ -18,8 +18,11 @@ using namespace gputest;
 
 constexpr double kSkinnyTol = 64.0 / 16777216.0;  // ops_gemm_gpu_test.cpp's bound on the GEMV's fp32 sums
 
+// The stacked experts as the gemv fields describe them (DeviceWeights::set).
 cuda::Fp8ExpertWeights expert_view(const DeviceWeights& dw, const Weights& w) {
-  return {dw.wq.data(), dw.ws.data(), w.sld(), (long long)w.N * w.K, (long long)w.N * w.sld()};
+  cuda::GemvArgs a;
+  dw.set(a, w);
+  return {a.w, a.row_scale, a.scale_ld, a.w_stride, a.scale_stride};
 }
 
 // Row n of expert e times x, in double, and the sum of the products' magnitudes.

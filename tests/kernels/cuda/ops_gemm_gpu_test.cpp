@@ -12,9 +12,9 @@
 #include "core/dtype.h"
 #include "core/threads.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cuda/fp8_test_weights.h"
 #include "kernels/cuda/gemv_small.h"
 #include "kernels/cuda/gemv_stream.h"
-#include "kernels/cuda/fp8_test_weights.h"
 #include "kernels/cuda/gpu_test_util.h"
 #include "kernels/cuda/ops.h"
 
@@ -38,7 +38,6 @@ void reference(const float* x, int ldx, const float* w, int K, int m, int n, dou
 
 constexpr float kSkinnyTol = 64.0f / 16777216.0f;
 
-// Weights on the device (one problem, or `count` stacked experts), and the gemv weight fields pointing at them.
 // The skinny GEMM's expected rows (double reference of x [M][ldx] times the dequantized weights) and tolerances.
 void skinny_expected(const std::vector<float>& x, int ldx, const Weights& w, int M, std::vector<float>* want,
                      std::vector<float>* tol) {
