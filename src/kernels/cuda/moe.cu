@@ -54,9 +54,26 @@ __global__ void __launch_bounds__(1024) group_kernel(const int* chosen, const fl
   __syncthreads();
   for (int i = threadIdx.x; i < slots; i += blockDim.x) atomicAdd(&count[chosen[i]], 1);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int off = 0, g = 0;
-    for (int e = 0; e < E; ++e) {
+  // Offsets and the active groups in expert order, by warp 0: lane l owns experts [l * per, (l + 1) * per), sums
+  // their rows and active experts, and two warp scans give each lane where its own start. (Thread 0 walking all E
+  // experts was a chain of E dependent shared-memory round trips: 3-8 us on a decode step's critical path.)
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x, per = (E + 31) / 32, e0 = min(E, lane * per), e1 = min(E, e0 + per);
+    int rows = 0, active = 0;
+    for (int e = e0; e < e1; ++e) {
+      rows += count[e];
+      active += count[e] > 0;
+    }
+    int off = rows, g = active;  // inclusive scans, then exclusive
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(0xffffffffu, off, d), h = __shfl_up_sync(0xffffffffu, g, d);
+      if (lane >= d) off += o, g += h;
+    }
+    if (lane == 31) *num_groups = g;
+    off -= rows;
+    g -= active;
+    for (int e = e0; e < e1; ++e) {
       offset[e] = off;
       if (count[e] > 0) {
         group_expert[g] = e;
@@ -66,7 +83,6 @@ __global__ void __launch_bounds__(1024) group_kernel(const int* chosen, const fl
       }
       off += count[e];
     }
-    *num_groups = g;
   }
   __syncthreads();
   for (int i = threadIdx.x; i < slots; i += blockDim.x) {

@@ -394,6 +394,28 @@ TEST(CudaGemm, MoeGroupedExpertsAndCombine) {
       ASSERT_EQ(wrow[size_t(r)], weight[size_t(i)]);
     }
     for (int r = 0; r < TK; ++r) ASSERT_EQ(seen[size_t(r)], 1) << "row " << r;
+    // The groups: active experts in ascending order, each with its slot count and the rows before it; each slot's
+    // row inside its expert's range.
+    std::vector<int> count(size_t(c.E), 0);
+    for (int e : chosen) ++count[size_t(e)];
+    const auto hge = host(ge), hgo = host(go), hgc = host(gc);
+    int groups = 0, off = 0;
+    std::vector<int> offset(size_t(c.E));
+    for (int e = 0; e < c.E; ++e) {
+      offset[size_t(e)] = off;
+      if (count[size_t(e)] > 0) {
+        ASSERT_EQ(hge[size_t(groups)], e) << "group " << groups;
+        ASSERT_EQ(hgo[size_t(groups)], off) << "group " << groups;
+        ASSERT_EQ(hgc[size_t(groups)], count[size_t(e)]) << "group " << groups;
+        ++groups;
+      }
+      off += count[size_t(e)];
+    }
+    ASSERT_EQ(host(ng)[0], groups);
+    for (int i = 0; i < TK; ++i) {
+      const int e = chosen[size_t(i)], r = rows[size_t(i)];
+      ASSERT_TRUE(r >= offset[size_t(e)] && r < offset[size_t(e)] + count[size_t(e)]) << "slot " << i;
+    }
     std::vector<float> xs = x;  // x with the FP8 activation simulation
     ref::fp8_block_sim(xs.data(), c.T, c.D, c.D, 128);
     struct Variant { int max_rows, extra_problems; bool act8; };
