@@ -559,6 +559,30 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
       report(act8 ? "MoE routed fp8 (route+1 launch+combine) act8" : "MoE routed fp8 (route+1 launch+combine)", shape,
              us1, bytes, 2.0 * TK * 3 * I * D, kFp32, false);
     }
+    // The same with the shared expert as one more slot (MOESERVE_MOE_ONE_LAUNCH=shared; its weights: a different
+    // expert of the stacks per launch, so they come from HBM as the engine's would). Bytes and FLOPs include the
+    // shared expert's.
+    const double shared_bytes = bytes + double(w13 + w2) + double(3 * I + D) * 4 * 2;
+    const double shared_flops = 2.0 * (TK + 1) * 3 * I * D;
+    auto set_shared = [&](int i) {
+      const int e = (i * 37 + 11) % E;
+      f.shared_w13 = {static_cast<uint8_t*>(W13.data()) + size_t(e) * w13, static_cast<float*>(rs1.data()) + size_t(e) * 2 * I * sld1,
+                      sld1, 0, 0};
+      f.shared_w2 = {static_cast<uint8_t*>(W2.data()) + size_t(e) * w2, static_cast<float*>(rs2.data()) + size_t(e) * D * sld2,
+                     sld2, 0, 0};
+      f.shared_out = static_cast<float*>(out.data());
+    };
+    f.act_fp8 = true;
+    const double us_sh = time_us([&](int i) {
+      MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0,
+                                          static_cast<float*>(bias.data()), nullptr, ids.data(), true, 1.5f,
+                                          chosen.data(), static_cast<float*>(wts.data()), st));
+      set_shared(i);
+      MOESERVE_CUDA_CHECK(cuda::moe_fp8_one_token(f, st));
+      MOESERVE_CUDA_CHECK(cuda::moe_combine(static_cast<float*>(y.data()), D, ros.data(), T, K,
+                                            static_cast<float*>(out.data()), st));
+    }, 10);
+    report("MoE fp8 routed+shared (route+1 launch+combine) act8", shape, us_sh, shared_bytes, shared_flops, kFp32, false);
   }
   if (!fp8 || !cuda::gemm_fp8_skinny_fits(T, 2 * I, D)) return;
   // As the engine runs FP8 experts at up to 64 rows each in checkpoint numerics: gather, quantize, the grouped
@@ -633,11 +657,14 @@ void bench_layer_decode(cuda::Blas& blas) {
   std::vector<std::pair<std::string, double>> results;
   // Routed experts FP8 (skinny GEMM) or MXFP4 (the W4A8 grouped GEMM), at batch 1, 8, 32.
   // MOESERVE_LAYER_EXPERTS=mxfp4 (or fp8) runs only that expert format.
+  // MOESERVE_LAYER_BATCHES (a comma list of 1, 8, 32) runs only those batch sizes (quicker A/B runs).
   const char* only = std::getenv("MOESERVE_LAYER_EXPERTS");
+  const char* batches = std::getenv("MOESERVE_LAYER_BATCHES");
   for (int run = 0; run < 6; ++run) {
     const cuda::WeightType et = run < 3 ? cuda::WeightType::FP8 : cuda::WeightType::MXFP4;
     if (only && std::string(only) != (run < 3 ? "fp8" : "mxfp4")) continue;
     const int B = std::array<int, 3>{1, 8, 32}[size_t(run % 3)];
+    if (batches && ("," + std::string(batches) + ",").find("," + std::to_string(B) + ",") == std::string::npos) continue;
     const bool mxfp4 = et == cuda::WeightType::MXFP4;
     // The 2-layer and the 4-layer model (layers 2 (C4) and 3 (C128) are the difference), both built and captured
     // first, then timed in alternating rounds so that both see the same GPU state: timed one after the other, the

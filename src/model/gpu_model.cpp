@@ -120,7 +120,12 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
     shared_after_glue_ = v == "glue";
     shared_on_main_ = v == "main";
   }
-  if (const char* e = std::getenv("MOESERVE_MOE_ONE_LAUNCH")) one_launch_experts_ = std::string(e) == "1";
+  if (const char* e = std::getenv("MOESERVE_MOE_ONE_LAUNCH")) {
+    const std::string v = e;
+    check(v == "0" || v == "1" || v == "shared", "MOESERVE_MOE_ONE_LAUNCH='{}': expected 0, 1 or shared", v);
+    one_launch_experts_ = v != "0";
+    one_launch_shared_ = v == "shared";
+  }
   moe_barrier_ = DeviceArray<uint32_t>(2, "MoE grid barrier");
   moe_barrier_.fill_bytes(0);
   // Diagnostics of the BF16 linears past 8 rows (cuBLASLt): MOESERVE_BF16_LT=0 sends them all to the GEMV, =wide
@@ -263,7 +268,7 @@ void GpuModel::ensure_workspace(const Plan& p) {
   token_of_row_ = i(23, TK);
   weight_of_row_ = f(24, TK);
   h13_ = f(25, TK * 2 * I);
-  act_ = f(26, TK * I);
+  act_ = f(26, (TK + T) * I);  // + a row per token: the shared expert's slot of the one-launch MoE
   ye_ = f(27, TK * D);
   sh13_ = f(28, T * 2 * I);
   sact_ = f(29, T * I);
@@ -764,11 +769,50 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
     linear(L.shared_w2.view(), sact_, T, I, out, D, true);
     to_main();
   };
+  // One token over FP8 experts: W13, SwiGLU and W2 of every slot in one launch (moe_fp8_one_token.h), bit for bit
+  // the grouped GEMV chain below but without its three launches between the weight streams. Opt-in
+  // (MOESERVE_MOE_ONE_LAUNCH=1): the V4-Flash layer measured ~1.8 us slower with it, because its blocks fill every SM
+  // while the shared expert's SwiGLU and W2 wait on their side stream (docs/benchmarks/cuda-ops.md, 24th session).
+  // =shared runs the shared expert as one more slot of the launch (none on a side stream).
+  const bool fp8_experts_here = !L.experts_mxfp4.defined() && L.experts_w13.type == WeightType::FP8 &&
+                                L.experts_w2.type == WeightType::FP8;
+  const bool sim = num.act_fp8 && L.experts_w13.act_quant;
+  cuda::MoeFp8OneTokenArgs f;
+  bool one_launch = false;
+  if (T == 1 && one_launch_experts_ && fp8_experts_here) {
+    f.w13 = fp8_experts(L.experts_w13.view(), 2 * I, D);
+    f.w2 = fp8_experts(L.experts_w2.view(), D, I);
+    f.D = D;
+    f.I = I;
+    f.K = K;
+    f.x = x;
+    f.chosen = chosen_;
+    f.weight = route_w_;
+    f.limit = limit;
+    f.act_fp8 = sim;
+    f.act = act_;
+    f.y = ye_;
+    f.row_of_slot = row_of_slot_;
+    f.barrier = moe_barrier_.data();
+    const GemmView s13 = L.shared_w13.view(), s2 = L.shared_w2.view();
+    // The shared expert inside only where the launch computes what linear() would: its shapes, FP8, and the
+    // same activation numerics as the routed experts.
+    if (one_launch_shared_ && s13.type == WeightType::FP8 && s2.type == WeightType::FP8 && s13.N == 2 * I &&
+        s13.K == D && s2.N == D && s2.K == I && (num.act_fp8 && s13.act_quant) == sim &&
+        (num.act_fp8 && s2.act_quant) == sim) {
+      f.shared_w13 = fp8_experts(s13, 2 * I, D);
+      f.shared_w2 = fp8_experts(s2, D, I);
+      f.shared_out = out;
+    }
+    if (!cuda::moe_fp8_one_token_fits(f)) f.shared_out = nullptr;
+    one_launch = cuda::moe_fp8_one_token_fits(f);
+  }
+  const bool shared_inside = one_launch && f.shared_out;
   // At one token the shared expert's GEMVs, running beside the router and the routing glue (a chain of small
   // latency-bound launches), delayed them; forked after the glue they overlap W13 instead: V4-Flash layer
   // 138.7 vs 141.9 us at batch 1, but 205.3 vs 203.2 at batch 8, where W13 moves more bytes (device-ab, same call).
   const bool after_glue = par && T == 1 && shared_after_glue_ && L.experts_mxfp4.defined();
-  if (!after_glue) shared();
+  if (!after_glue && !shared_inside) shared();
   linear(L.gate.view(), x, T, D, gate_logits_, E, false, /*fp32_input=*/true);
   cuda::RouteLogits route;
   route.logits = gate_logits_;
@@ -797,34 +841,12 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
     if (combine) MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
     return;
   }
-  const bool sim = num.act_fp8 && L.experts_w13.act_quant;
   const GemmView w13 = L.experts_w13.view(), w2 = L.experts_w2.view();
-  // One token over FP8 experts: W13, SwiGLU and W2 of every slot in one launch (moe_fp8_one_token.h), bit for bit
-  // the grouped GEMV chain below but without its three launches between the weight streams. Opt-in
-  // (MOESERVE_MOE_ONE_LAUNCH=1): the V4-Flash layer measured ~1.8 us slower with it, because its blocks fill every SM
-  // while the shared expert's SwiGLU and W2 wait on their side stream (docs/benchmarks/cuda-ops.md, 24th session).
-  if (T == 1 && one_launch_experts_ && w13.type == WeightType::FP8 && w2.type == WeightType::FP8) {
-    cuda::MoeFp8OneTokenArgs f;
-    f.w13 = fp8_experts(w13, 2 * I, D);
-    f.w2 = fp8_experts(w2, D, I);
-    f.D = D;
-    f.I = I;
-    f.K = K;
-    f.x = x;
-    f.chosen = chosen_;
-    f.weight = route_w_;
-    f.limit = limit;
-    f.act_fp8 = sim;
-    f.act = act_;
-    f.y = ye_;
-    f.row_of_slot = row_of_slot_;
-    f.barrier = moe_barrier_.data();
-    if (cuda::moe_fp8_one_token_fits(f)) {
-      MOESERVE_CUDA_CHECK(cuda::moe_fp8_one_token(f, st));
-      if (par) join(0);
-      if (combine) MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
-      return;
-    }
+  if (one_launch) {
+    MOESERVE_CUDA_CHECK(cuda::moe_fp8_one_token(f, st));
+    if (par && !shared_inside) join(0);
+    if (combine) MOESERVE_CUDA_CHECK(cuda::moe_combine(ye_, D, row_of_slot_, T, K, out, st));
+    return;
   }
   // Routed experts, grouped by expert.
   int* ge = groups_;
@@ -861,11 +883,6 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
     set_weights(a, w13, 2 * I, D);
     a.x = x;
     a.ldx = D;
-    a.act_fp8 = sim && cuda::gemv_fuses_act_fp8(a);
-    if (sim && !a.act_fp8) {
-      MOESERVE_CUDA_CHECK(cuda::fp8_block_sim_to(x, D, xe_, D, T, D, 128, st));
-      a.x = xe_;
-    }
     a.y = h13_;
     a.ldy = 2 * I;
     a.problems = std::min(E, TK);
@@ -875,6 +892,13 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
     a.num_groups = ng;
     a.x_rows = token_of_row_;
     a.max_group_rows = max_rows == T ? T : 0;  // 0: any count (a hash table with repeated experts)
+    // Asked once the groups are set (one row each fuses the simulation; before, the check saw an ungrouped M = 0
+    // and every one-token step paid a separate simulation launch on its critical path).
+    a.act_fp8 = sim && cuda::gemv_fuses_act_fp8(a);
+    if (sim && !a.act_fp8) {
+      MOESERVE_CUDA_CHECK(cuda::fp8_block_sim_to(x, D, xe_, D, T, D, 128, st));
+      a.x = xe_;
+    }
     MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
     MOESERVE_CUDA_CHECK(cuda::swiglu(h13_, TK, nullptr, I, limit, weight_of_row_, act_, st));
     cuda::GemvArgs a2 = a;  // the same groups

@@ -151,8 +151,10 @@ class GpuModel {
   // router (MOESERVE_SHARED_AT=router keeps it before, for A/B runs).
   bool shared_after_glue_ = true;
   bool shared_on_main_ = false;  // MOESERVE_SHARED_AT=main: the shared expert on the main stream (A/B runs)
-  // FP8 experts at one token in one launch (MOESERVE_MOE_ONE_LAUNCH=1): off by default, see GpuModel::moe.
+  // FP8 experts at one token in one launch (MOESERVE_MOE_ONE_LAUNCH=1, =shared with the shared expert as one
+  // more slot of it): off by default, see GpuModel::moe.
   bool one_launch_experts_ = false;
+  bool one_launch_shared_ = false;
   cuda::DeviceArray<uint32_t> moe_barrier_;  // its grid barrier (the MoE runs on the main stream only)
   // MOESERVE_W4A8_DECODE_CONFIGS=W13:W2 (config names, kernels/cuda/moe_w4a8.h): the decode chain's GEMM configs
   // instead of the dispatch table's (A/B runs); -1: the table.

@@ -6,7 +6,8 @@
 // - W2: a quad is output rows d .. d + 3 of one slot's expert, over act.
 // Each block owns a contiguous range of quads in each stream (W13's slots are independent; W2's range spans at
 // most `span` slots, whose act rows it stages). Between the streams every block waits at a grid-wide barrier for
-// all of act; each warp issues its first W2 unit's loads before it.
+// all of act; each warp issues its first W2 unit's loads before it. Optional: the shared expert as slot K (written
+// to its own output).
 #include <algorithm>
 
 #include "kernels/cuda/moe_fp8_one_token.h"
@@ -47,19 +48,26 @@ __device__ void grid_barrier(unsigned* bar) {
   __syncthreads();
 }
 
-// The four rows' starts and scale rows of one quad.
+// The four rows' starts and scale rows of one quad of slot k: expert chosen[k] of the routed stack, or the shared
+// expert (k == K). Fields are picked one by one (a runtime choice between two parameter structs would copy them to
+// local memory).
 struct QuadRows {
   const uint8_t* row[kStreamRows];
   const float* rs[kStreamRows];
 };
 
-__device__ __forceinline__ QuadRows quad_rows(const Fp8ExpertWeights& w, int e, const int (&n)[kStreamRows],
-                                              int cols) {
+__device__ __forceinline__ QuadRows quad_rows(const Fp8ExpertWeights& routed, const Fp8ExpertWeights& shared,
+                                              int K, const int* chosen, int k, const int (&n)[kStreamRows], int cols) {
+  const bool sh = k >= K;
+  const long long e = sh ? 0 : chosen[k];
+  const uint8_t* w = static_cast<const uint8_t*>(sh ? shared.w : routed.w) + e * routed.w_stride;
+  const float* s = (sh ? shared.row_scale : routed.row_scale) + e * routed.scale_stride;
+  const int ld = sh ? shared.scale_ld : routed.scale_ld;
   QuadRows q;
 #pragma unroll
   for (int r = 0; r < kStreamRows; ++r) {
-    q.row[r] = static_cast<const uint8_t*>(w.w) + size_t(e) * w.w_stride + size_t(n[r]) * cols;
-    q.rs[r] = w.row_scale + size_t(e) * w.scale_stride + size_t(n[r]) * w.scale_ld;
+    q.row[r] = w + size_t(n[r]) * cols;
+    q.rs[r] = s + size_t(n[r]) * ld;
   }
   return q;
 }
@@ -78,24 +86,32 @@ __device__ __forceinline__ void load_unit(const QuadRows& q, int ks, int lane, S
 template <bool ACT8>
 __global__ void __launch_bounds__(kThreads, 2) moe_fp8_one_token_kernel(MoeFp8OneTokenArgs a) {
   extern __shared__ float4 xs4[];  // x, then the act rows of this block's W2 slots (stage_x_interleaved's layout)
+  __shared__ int chosen[kMaxSlots];
+  __shared__ float weight[kMaxSlots];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int D = a.D, I = a.I, nb = gridDim.x, b = blockIdx.x;
   const int per1 = I / 2, steps1 = D / kUnitK;  // W13 quads per slot, units per quad
   const int per2 = D / 4, steps2 = I / kUnitK;  // W2
-  const long long Q1 = (long long)a.K * per1, Q2 = (long long)a.K * per2;
+  const int slots = a.K + (a.shared_out ? 1 : 0);
+  const long long Q1 = (long long)slots * per1, Q2 = (long long)slots * per2;
   const int q1_end = int(Q1 * (b + 1) / nb), q2_begin = int(Q2 * b / nb), q2_end = int(Q2 * (b + 1) / nb);
   auto rows13 = [&](int q) {
     const int k = q / per1, j = 2 * (q % per1);
     const int n[kStreamRows] = {j, j + 1, I + j, I + j + 1};
-    return quad_rows(a.w13, a.chosen[k], n, D);
+    return quad_rows(a.w13, a.shared_w13, a.K, chosen, k, n, D);
   };
   auto rows2 = [&](int q) {
     const int k = q / per2, d = 4 * (q % per2);
     const int n[kStreamRows] = {d, d + 1, d + 2, d + 3};
-    return quad_rows(a.w2, a.chosen[k], n, I);
+    return quad_rows(a.w2, a.shared_w2, a.K, chosen, k, n, I);
   };
 
   pdl_wait();  // the slots' experts, weights and x come from earlier kernels
+  if (warp == 0 && lane < a.K) {
+    chosen[lane] = a.chosen[lane];
+    weight[lane] = a.weight[lane];
+  }
+  __syncthreads();
   StreamUnit cur, nxt;
   float acc[kStreamRows][kStreamIt] = {};
   int q = int(Q1 * b / nb) + warp, ks = 0;
@@ -119,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_fp8_one_token_kernel(MoeFp8On
         const float g = fminf(sum, a.limit);
         const float u = fmaxf(-a.limit, fminf(up, a.limit));
         const float silu = g / (1.0f + expf(-g));
-        a.act[size_t(k) * I + j] = silu * u * a.weight[k];
+        a.act[size_t(k) * I + j] = silu * u * (k < a.K ? weight[k] : 1.0f);
       }
       stream_clear(acc);
     }
@@ -146,7 +162,8 @@ __global__ void __launch_bounds__(kThreads, 2) moe_fp8_one_token_kernel(MoeFp8On
     stream_accumulate<true>(cur, xs4 + size_t(k - k0) * (I / 4), I / kVec, ks, lane, acc);
     if (!more) {
       const float sum = stream_row_sums(acc, lane);
-      if ((lane & 7) == 0) a.y[size_t(k) * D + 4 * (q % per2) + (lane >> 3)] = sum;
+      float* yk = k < a.K ? a.y + size_t(k) * D : a.shared_out;
+      if ((lane & 7) == 0) yk[4 * (q % per2) + (lane >> 3)] = sum;
       stream_clear(acc);
     }
     q = nq;
@@ -177,8 +194,9 @@ Shape shape_for(const MoeFp8OneTokenArgs& a) {
   Shape s;
   for (int per_sm = 2; per_sm >= 1 && s.blocks == 0; --per_sm) {
     const int blocks = per_sm * sm_count();
-    const long long Q2 = (long long)a.K * (a.D / 4), range = (Q2 + blocks - 1) / blocks;
-    const int span = int(std::min<long long>(a.K, (range + a.D / 4 - 1) / (a.D / 4) + 1));
+    const int slots = a.K + (a.shared_out ? 1 : 0);
+    const long long Q2 = (long long)slots * (a.D / 4), range = (Q2 + blocks - 1) / blocks;
+    const int span = int(std::min<long long>(slots, (range + a.D / 4 - 1) / (a.D / 4) + 1));
     const size_t smem = size_t(std::max(a.D, span * a.I)) * 4;
     int fit = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, moe_fp8_one_token_kernel<ACT8>, kThreads, smem) ==
@@ -204,8 +222,10 @@ bool moe_fp8_one_token_fits(const MoeFp8OneTokenArgs& a) {
   auto weights_ok = [](const Fp8ExpertWeights& w, int cols) {
     return w.w && w.row_scale && aligned16(w.w) && w.w_stride % 16 == 0 && w.scale_ld >= cols / 128;
   };
+  const bool shared_ok = !a.shared_out || (weights_ok(a.shared_w13, a.D) && weights_ok(a.shared_w2, a.I));
   return a.D > 0 && a.I > 0 && a.D % kUnitK == 0 && a.I % kUnitK == 0 && a.D <= kMaxDim && a.I <= kMaxDim &&
-         a.K >= 1 && a.K <= kMaxSlots && weights_ok(a.w13, a.D) && weights_ok(a.w2, a.I) && a.x && aligned16(a.x) &&
+         a.K >= 1 && a.K + (a.shared_out ? 1 : 0) <= kMaxSlots && weights_ok(a.w13, a.D) && weights_ok(a.w2, a.I) &&
+         shared_ok && a.x && aligned16(a.x) &&
          a.chosen && a.weight && a.act && aligned16(a.act) && a.y && a.row_of_slot && a.barrier;
 }
 

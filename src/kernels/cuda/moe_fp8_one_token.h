@@ -28,16 +28,21 @@ struct MoeFp8OneTokenArgs {
   const float* weight = nullptr;  // [K] routing weight of each slot
   float limit = 0.0f;             // SwiGLU clamp
   bool act_fp8 = false;           // the checkpoint numerics' FP8 activation simulation of x and of W2's input
-  float* act = nullptr;           // scratch [K][I]: W2's input
+  float* act = nullptr;           // scratch [slots][I]: W2's input (slots = K, plus one with the shared expert)
   float* y = nullptr;             // [K][D]: slot k's expert output in row k
   int* row_of_slot = nullptr;     // [K]: k
+  // Optional: the shared expert as one more slot (index K) of the same launch, with routing weight 1, its W2
+  // output written to shared_out [D] (where the routed rows are then added). Its W13 [2I][D] and W2 [D][I] in the
+  // experts' layout (strides unused), with the routed experts' I and activation numerics. Null shared_out: none.
+  Fp8ExpertWeights shared_w13, shared_w2;
+  float* shared_out = nullptr;
   // Two words, zero before the first launch; each launch leaves them ready for the next. One per stream that
   // launches this kernel (two launches in flight at once must not share it).
   unsigned* barrier = nullptr;
 };
 
-// D and I multiples of 1024 (a unit is 1024 FP8 weights of a row), K <= 16, 16-byte aligned x and weights,
-// scale_ld >= D / 128 (W13) and I / 128 (W2).
+// D and I multiples of 1024 (a unit is 1024 FP8 weights of a row), at most 16 slots (the shared one included),
+// 16-byte aligned x and weights, scale_ld >= D / 128 (W13) and I / 128 (W2).
 bool moe_fp8_one_token_fits(const MoeFp8OneTokenArgs& args);
 // cudaErrorInvalidValue when !moe_fp8_one_token_fits(args).
 cudaError_t moe_fp8_one_token(const MoeFp8OneTokenArgs& args, cudaStream_t stream);

@@ -3,7 +3,9 @@
 //   SwiGLU) and W2 over the kernel's own act rows (with the FP8 activation simulation on the host);
 // - bit for bit against the chain it replaces (moe_group, the grouped streaming GEMV over W13, swiglu, the grouped
 //   streaming GEMV over W2), where that chain gives every warp its own quads as the kernel does;
-// - launched three times on one barrier (each launch must leave it ready for the next).
+// - launched three times on one barrier (each launch must leave it ready for the next);
+// - with the shared expert as one more slot: that slot against the same references, the routed slots bit for bit
+//   the launch without it.
 #include <cmath>
 
 #include "kernels/cuda/fp8_test_weights.h"
@@ -38,6 +40,90 @@ double dot(const Weights& w, int e, int n, const std::vector<float>& x, size_t x
   return s;
 }
 
+// Slot rows of act against the double reference: W13 of the slot's expert on xs (x as the kernel stages it), then
+// SwiGLU with the clamp and the routing weight wk. g and u are each within kSkinnyTol * sum |x w|, carried through
+// silu(g) * u * wk (|silu'| <= 1.1), plus the fp32 rounding of SwiGLU's own few operations.
+void expect_act_row(const Weights& w13, int e, double wk, float limit, const std::vector<float>& xs, const float* got,
+                    const std::string& what) {
+  const int I = w13.N / 2;
+  std::vector<float> want, tol;
+  for (int j = 0; j < I; ++j) {
+    double ag, au;
+    const double hg = dot(w13, e, j, xs, 0, &ag), hu = dot(w13, e, I + j, xs, 0, &au);
+    const double gc = std::min(hg, double(limit)), uc = std::max(-double(limit), std::min(hu, double(limit)));
+    const double silu = gc / (1.0 + std::exp(-gc)), a = silu * uc * wk;
+    want.push_back(float(a));
+    tol.push_back(float(wk * (1.1 * std::fabs(uc) * kSkinnyTol * ag + std::fabs(silu) * kSkinnyTol * au) +
+                        8.0 / 16777216.0 * std::fabs(a) + 1e-30));
+  }
+  expect_close(std::vector<float>(got, got + I), want, tol, what);
+}
+
+// A slot's output row against the double product of W2 (the slot's expert) over the kernel's own act row, staged
+// as the kernel stages it (FP8-simulated when act8).
+void expect_y_row(const Weights& w2, int e, const float* act_row, bool act8, const float* got, const std::string& what) {
+  std::vector<float> xa(act_row, act_row + w2.K);
+  if (act8) kernels::cpu::fp8_block_sim(xa.data(), 1, w2.K, w2.K, 128);
+  std::vector<float> want, tol;
+  for (int d = 0; d < w2.N; ++d) {
+    double as;
+    want.push_back(float(dot(w2, e, d, xa, 0, &as)));
+    tol.push_back(float(kSkinnyTol * as));
+  }
+  expect_close(std::vector<float>(got, got + w2.N), want, tol, what);
+}
+
+// K distinct experts of E (or, with repeat, drawn from two), and routing weights in [0, 1).
+void draw_routing(int E, int K, bool repeat, std::mt19937_64& g, std::vector<int>* chosen, std::vector<float>* weight) {
+  chosen->assign(size_t(K), 0);
+  weight->assign(size_t(K), 0.0f);
+  for (int k = 0; k < K; ++k) {
+    (*chosen)[size_t(k)] = repeat ? int(g() % 2) : (k + int(g() % 997)) % E;
+    if (!repeat)  // distinct experts per token: the next one not yet taken
+      for (int q = 0; q < k; ++q)
+        if ((*chosen)[size_t(q)] == (*chosen)[size_t(k)]) (*chosen)[size_t(k)] = ((*chosen)[size_t(k)] + 1) % E, q = -1;
+    (*weight)[size_t(k)] = float(g() % 1000) / 1000.0f;
+  }
+}
+
+// One token's problem on the device: E stacked experts (W13 [2I][D], W2 [D][I]), K slots' routing, x, a barrier;
+// args() the launch's fields over them (act, y and row_of_slot left to the caller).
+struct OneToken {
+  Weights w13, w2;
+  DeviceWeights d13, d2;
+  std::vector<int> chosen;
+  std::vector<float> weight, x;
+  cuda::DeviceArray<int> dchosen;
+  cuda::DeviceArray<float> dweight, dx;
+  cuda::DeviceArray<unsigned> barrier{2, "barrier"};
+  int D, I, K;
+  OneToken(int E, int K_, int D_, int I_, bool repeat, std::mt19937_64& g)
+      : w13(make_weights(true, 2 * I_, D_, E, g)), w2(make_weights(true, D_, I_, E, g)), d13(w13), d2(w2), D(D_),
+        I(I_), K(K_) {
+    draw_routing(E, K, repeat, g, &chosen, &weight);
+    x = normal(size_t(D), g);
+    dchosen = dev(chosen);
+    dweight = dev(weight);
+    dx = dev(x);
+    barrier.fill_bytes(0);
+  }
+  cuda::MoeFp8OneTokenArgs args(float limit, bool act8) const {
+    cuda::MoeFp8OneTokenArgs f;
+    f.w13 = expert_view(d13, w13);
+    f.w2 = expert_view(d2, w2);
+    f.D = D;
+    f.I = I;
+    f.K = K;
+    f.x = dx.data();
+    f.chosen = dchosen.data();
+    f.weight = dweight.data();
+    f.limit = limit;
+    f.act_fp8 = act8;
+    f.barrier = barrier.data();
+    return f;
+  }
+};
+
 TEST(CudaMoeFp8OneToken, MatchesReferencesAndTheGroupedChain) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
@@ -56,35 +142,12 @@ TEST(CudaMoeFp8OneToken, MatchesReferencesAndTheGroupedChain) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const Weights w13 = make_weights(true, 2 * c.I, c.D, c.E, g), w2 = make_weights(true, c.D, c.I, c.E, g);
-    const DeviceWeights d13(w13), d2(w2);
-    std::vector<int> chosen(size_t(c.K));
-    std::vector<float> weight(size_t(c.K));
-    for (int k = 0; k < c.K; ++k) {
-      chosen[size_t(k)] = c.repeat ? int(g() % 2) : (k + int(g() % 997)) % c.E;
-      if (!c.repeat)  // distinct experts per token: the next one not yet taken
-        for (int q = 0; q < k; ++q)
-          if (chosen[size_t(q)] == chosen[size_t(k)]) chosen[size_t(k)] = (chosen[size_t(k)] + 1) % c.E, q = -1;
-      weight[size_t(k)] = float(g() % 1000) / 1000.0f;
-    }
-    auto x = normal(size_t(c.D), g);
-    auto dx = dev(x), dweight = dev(weight);
-    auto dchosen = dev(chosen);
-    cuda::DeviceArray<unsigned> barrier(2, "barrier");
-    barrier.fill_bytes(0);
-
-    cuda::MoeFp8OneTokenArgs f;
-    f.w13 = expert_view(d13, w13);
-    f.w2 = expert_view(d2, w2);
-    f.D = c.D;
-    f.I = c.I;
-    f.K = c.K;
-    f.x = dx.data();
-    f.chosen = dchosen.data();
-    f.weight = dweight.data();
-    f.limit = c.limit;
-    f.act_fp8 = c.act8;
-    f.barrier = barrier.data();
+    const OneToken p(c.E, c.K, c.D, c.I, c.repeat, g);
+    const Weights &w13 = p.w13, &w2 = p.w2;
+    const DeviceWeights &d13 = p.d13, &d2 = p.d2;
+    const std::vector<int>& chosen = p.chosen;
+    const std::vector<float>& x = p.x;
+    cuda::MoeFp8OneTokenArgs f = p.args(c.limit, c.act8);
     std::vector<float> act, y;
     for (int launch = 0; launch < 3; ++launch) {
       auto dact = poisoned<float>(size_t(c.K) * c.I), dy = poisoned<float>(size_t(c.K) * c.D);
@@ -106,35 +169,14 @@ TEST(CudaMoeFp8OneToken, MatchesReferencesAndTheGroupedChain) {
       }
     }
 
-    // References. W13 and SwiGLU: g and u each within kSkinnyTol * sum |x w|, carried through silu(g) * u * w
-    // (|silu'| <= 1.1) plus the fp32 rounding of SwiGLU's own few operations.
+    // References: act from x (simulated as the kernel stages it), y from the kernel's own act rows.
     std::vector<float> xs = x;
     if (c.act8) kernels::cpu::fp8_block_sim(xs.data(), 1, c.D, c.D, 128);
-    std::vector<float> want_act, tol_act;
-    for (int k = 0; k < c.K; ++k)
-      for (int j = 0; j < c.I; ++j) {
-        double ag, au;
-        const double hg = dot(w13, chosen[size_t(k)], j, xs, 0, &ag);
-        const double hu = dot(w13, chosen[size_t(k)], c.I + j, xs, 0, &au);
-        const double gc = std::min(hg, double(c.limit)), uc = std::max(-double(c.limit), std::min(hu, double(c.limit)));
-        const double silu = gc / (1.0 + std::exp(-gc)), wk = weight[size_t(k)];
-        const double a = silu * uc * wk;
-        want_act.push_back(float(a));
-        tol_act.push_back(float(wk * (1.1 * std::fabs(uc) * kSkinnyTol * ag + std::fabs(silu) * kSkinnyTol * au) +
-                                8.0 / 16777216.0 * std::fabs(a) + 1e-30));
-      }
-    expect_close(act, want_act, tol_act, std::string(c.name) + ": act");
-    // W2 over the kernel's act rows, simulated as the kernel stages them.
-    std::vector<float> xa = act;
-    if (c.act8) kernels::cpu::fp8_block_sim(xa.data(), c.K, c.I, c.I, 128);
-    std::vector<float> want_y, tol_y;
-    for (int k = 0; k < c.K; ++k)
-      for (int d = 0; d < c.D; ++d) {
-        double as;
-        want_y.push_back(float(dot(w2, chosen[size_t(k)], d, xa, size_t(k) * c.I, &as)));
-        tol_y.push_back(float(kSkinnyTol * as));
-      }
-    expect_close(y, want_y, tol_y, std::string(c.name) + ": y");
+    for (int k = 0; k < c.K; ++k) {
+      const std::string slot = std::string(c.name) + ", slot " + std::to_string(k);
+      expect_act_row(w13, chosen[size_t(k)], p.weight[size_t(k)], c.limit, xs, act.data() + size_t(k) * c.I, slot + ": act");
+      expect_y_row(w2, chosen[size_t(k)], act.data() + size_t(k) * c.I, c.act8, y.data() + size_t(k) * c.D, slot + ": y");
+    }
 
     // The chain, where the streaming GEMV gives each warp whole quads (no team sums: at least as many quads as its
     // 2 blocks x 8 warps per SM) and each group one row (no repeated expert): bit for bit.
@@ -145,11 +187,11 @@ TEST(CudaMoeFp8OneToken, MatchesReferencesAndTheGroupedChain) {
     cuda::DeviceArray<int> ge(size_t(c.E), "g"), go(size_t(c.E), "g"), gc(size_t(c.E), "g"), ng(1, "g");
     auto ros = poisoned<int>(size_t(c.K)), tor = poisoned<int>(size_t(c.K));
     auto wor = poisoned<float>(size_t(c.K));
-    MOESERVE_CUDA_CHECK(cuda::moe_group(dchosen.data(), dweight.data(), 1, c.K, c.E, nullptr, ge.data(), go.data(),
+    MOESERVE_CUDA_CHECK(cuda::moe_group(p.dchosen.data(), p.dweight.data(), 1, c.K, c.E, nullptr, ge.data(), go.data(),
                                         gc.data(), ng.data(), ros.data(), tor.data(), wor.data(), nullptr));
     auto h13 = poisoned<float>(size_t(c.K) * 2 * c.I), cact = poisoned<float>(size_t(c.K) * c.I);
     auto cy = poisoned<float>(size_t(c.K) * c.D);
-    cuda::GemvArgs a = d13.args(w13, dx.data(), c.D, h13.data(), 2 * c.I, 0);
+    cuda::GemvArgs a = d13.args(w13, p.dx.data(), c.D, h13.data(), 2 * c.I, 0);
     a.problems = c.K;
     a.group_expert = ge.data();
     a.group_offset = go.data();
@@ -178,6 +220,61 @@ TEST(CudaMoeFp8OneToken, MatchesReferencesAndTheGroupedChain) {
     }
     expect_same_bits(act, by_slot_act, std::string(c.name) + ": act against the chain");
     expect_same_bits(y, by_slot_y, std::string(c.name) + ": y against the chain");
+  }
+}
+
+TEST(CudaMoeFp8OneToken, SharedExpertAsOneMoreSlot) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  struct Case {
+    int E, K, D, I;
+    bool act8;
+    float limit;
+    const char* name;
+  };
+  const Case cases[] = {
+      {6, 6, 4096, 2048, true, 10.0f, "V4-Flash shapes, FP8 activation simulation"},
+      {8, 6, 2048, 1024, false, 1.5f, "exact activations, clamped SwiGLU"},
+      {3, 1, 1024, 1024, true, 10.0f, "one routed slot"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const OneToken p(c.E, c.K, c.D, c.I, false, g);
+    const Weights s13 = make_weights(true, 2 * c.I, c.D, 1, g), s2 = make_weights(true, c.D, c.I, 1, g);
+    const DeviceWeights ds13(s13), ds2(s2);
+    const std::vector<float>& x = p.x;
+    cuda::MoeFp8OneTokenArgs f = p.args(c.limit, c.act8);
+    // With the shared expert (act has one more row), then without it.
+    auto dact = poisoned<float>(size_t(c.K + 1) * c.I), dy = poisoned<float>(size_t(c.K) * c.D);
+    auto dout = poisoned<float>(size_t(c.D));
+    auto rows = poisoned<int>(size_t(c.K));
+    f.act = dact.data();
+    f.y = dy.data();
+    f.row_of_slot = rows.data();
+    f.shared_w13 = expert_view(ds13, s13);
+    f.shared_w2 = expert_view(ds2, s2);
+    f.shared_out = dout.data();
+    ASSERT_TRUE(cuda::moe_fp8_one_token_fits(f));
+    MOESERVE_CUDA_CHECK(cuda::moe_fp8_one_token(f, nullptr));
+    const auto act = host(dact), y = host(dy), out = host(dout);
+    const auto got_rows = host(rows);
+    for (int k = 0; k < c.K; ++k) ASSERT_EQ(got_rows[size_t(k)], k);
+
+    auto dact0 = poisoned<float>(size_t(c.K) * c.I), dy0 = poisoned<float>(size_t(c.K) * c.D);
+    f.act = dact0.data();
+    f.y = dy0.data();
+    f.shared_out = nullptr;
+    MOESERVE_CUDA_CHECK(cuda::moe_fp8_one_token(f, nullptr));
+    expect_same_bits(std::vector<float>(act.begin(), act.begin() + size_t(c.K) * c.I), host(dact0),
+                     std::string(c.name) + ": routed act with and without the shared slot");
+    expect_same_bits(y, host(dy0), std::string(c.name) + ": routed y with and without the shared slot");
+
+    // The shared slot (index K, weight 1) against the references.
+    std::vector<float> xs = x;
+    if (c.act8) kernels::cpu::fp8_block_sim(xs.data(), 1, c.D, c.D, 128);
+    const float* shared_act = act.data() + size_t(c.K) * c.I;
+    expect_act_row(s13, 0, 1.0, c.limit, xs, shared_act, std::string(c.name) + ": shared act");
+    expect_y_row(s2, 0, shared_act, c.act8, out.data(), std::string(c.name) + ": shared out");
   }
 }
 

@@ -5,7 +5,7 @@
 // steps, which take the one-launch path. Top-k routing, and hash routing whose table repeats an expert within a
 // token (two slots of one expert are two independent rows there). The path is opt-in (MOESERVE_MOE_ONE_LAUNCH=1,
 // set here); =0 (the grouped GEMV chain, the default) is the control: a position where it too misses the bar is a
-// near-tie of the formats, not this kernel.
+// near-tie of the formats, not this kernel. =shared puts the shared expert into the launch as one more slot.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -21,15 +21,21 @@
 namespace moeserve {
 namespace {
 
-void expect_one_launch_tracks_cpu(const char* mlp, bool repeated, const char* what) {
+// With `env`=`value` set; `control` (if any) set to 0 for the control run.
+void expect_tracks_cpu(const char* mlp, bool repeated, const char* env, const char* value, const char* control,
+                       const char* what) {
   testing::TempDir dir;
   const nlohmann::json config = testing::one_layer_tiny_hf(1024, 1024, "sliding_attention", mlp);
   testing::write_random_checkpoint(dir.file("f32"), config, 23, repeated);
   testing::convert(dir.file("f32"), dir.file("q"), model::WeightsTarget::Fp8);
   auto model = model::Model::load(dir.file("q"));
-  setenv("MOESERVE_MOE_ONE_LAUNCH", "1", 1);
-  testing::expect_gpu_tracks_checkpoint_numerics(*model, 24, 9, 8, {1}, what, "MOESERVE_MOE_ONE_LAUNCH");
-  unsetenv("MOESERVE_MOE_ONE_LAUNCH");
+  setenv(env, value, 1);
+  testing::expect_gpu_tracks_checkpoint_numerics(*model, 24, 9, 8, {1}, what, control);
+  unsetenv(env);
+}
+
+void expect_one_launch_tracks_cpu(const char* mlp, bool repeated, const char* what) {
+  expect_tracks_cpu(mlp, repeated, "MOESERVE_MOE_ONE_LAUNCH", "1", "MOESERVE_MOE_ONE_LAUNCH", what);
 }
 
 TEST(GpuFp8MoeOneLaunch, TopKRoutingTracksTheCpuReference) {
@@ -40,6 +46,12 @@ TEST(GpuFp8MoeOneLaunch, TopKRoutingTracksTheCpuReference) {
 TEST(GpuFp8MoeOneLaunch, RepeatedHashExpertsTrackTheCpuReference) {
   SKIP_WITHOUT_GPU();
   expect_one_launch_tracks_cpu("hash_moe", true, "one-launch fp8 experts, repeated hash experts");
+}
+
+TEST(GpuFp8MoeOneLaunch, SharedExpertInsideTracksTheCpuReference) {
+  SKIP_WITHOUT_GPU();
+  expect_tracks_cpu("moe", false, "MOESERVE_MOE_ONE_LAUNCH", "shared", "MOESERVE_MOE_ONE_LAUNCH",
+                    "one-launch fp8 experts with the shared expert inside");
 }
 
 }  // namespace
