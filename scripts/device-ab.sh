@@ -8,6 +8,7 @@
 #   A bare NAME runs with the environment as it is. NAME@BINARY runs that benchmark binary of the prebuilt set
 #   instead of bench_gpu_ops (a baseline build: `BASELINE=COMMIT bash scripts/device-prepare.sh` adds
 #   bench_gpu_ops_base, built from COMMIT's sources), e.g. `new old@bench_gpu_ops_base`.
+#   MOESERVE_LAYER_BATCHES=1 in the environment times batch 1 only (a round of five configs then takes seconds).
 #   Prints each config's runs and median; logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
