@@ -773,7 +773,8 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
   // the grouped GEMV chain below but without its three launches between the weight streams. Opt-in
   // (MOESERVE_MOE_ONE_LAUNCH=1): the V4-Flash layer measured ~1.8 us slower with it, because its blocks fill every SM
   // while the shared expert's SwiGLU and W2 wait on their side stream (docs/benchmarks/cuda-ops.md, 24th session).
-  // =shared runs the shared expert as one more slot of the launch (none on a side stream).
+  // =shared runs the shared expert as one more slot of the launch (none on a side stream): level with the chain,
+  // until the chain lost two launches on its critical path, ~6 us slower since (25th session).
   const bool fp8_experts_here = !L.experts_mxfp4.defined() && L.experts_w13.type == WeightType::FP8 &&
                                 L.experts_w2.type == WeightType::FP8;
   const bool sim = num.act_fp8 && L.experts_w13.act_quant;
