@@ -469,6 +469,24 @@ void bench_small_ops(const std::string& model, int D, int T) {
                                    static_cast<float*>(inv.data()), 1.0f, false, 1e-6f, st));
   }, T > 64 ? 3 : 20);
   report("q head-norm + rope", sh, us, double(T) * H * 512 * 8, double(T) * H * 512 * 4, kFp32, dec);
+  // The router's choice and the grouping of the slots, as the FP8 / BF16 experts' chain runs them before W13: one
+  // block each, latency-bound (bytes: the logits and bias in, the slots' choice, weight and rows out).
+  const int E = D == 4096 ? 256 : 384, K = 6, TK = T * K;
+  auto logits = floats(size_t(T) * E), bias = floats(E, 0.01f), wts = floats(TK), wor = floats(TK);
+  cuda::DeviceArray<int> ids(size_t(T), "ids"), chosen(size_t(TK), "c"), groups(size_t(3 * E + 1), "g"),
+      ros(size_t(TK), "r"), tor(size_t(TK), "t");
+  ids.fill_bytes(0);
+  us = time_us([&](int) {
+    MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0, static_cast<float*>(bias.data()),
+                                        nullptr, ids.data(), true, 1.5f, chosen.data(), static_cast<float*>(wts.data()), st));
+  }, T > 64 ? 3 : 20);
+  report("moe_route (sqrtsoftplus top-6)", sh, us, double(T) * E * 4 + E * 4.0 + TK * 8.0, double(T) * E * 20, kFp32, dec);
+  int* ge = groups.data();
+  us = time_us([&](int) {
+    MOESERVE_CUDA_CHECK(cuda::moe_group(chosen.data(), static_cast<float*>(wts.data()), T, K, E, nullptr, ge, ge + E,
+                                        ge + 2 * E, ge + 3 * E, ros.data(), tor.data(), static_cast<float*>(wor.data()), st));
+  }, T > 64 ? 3 : 20);
+  report("moe_group", sh, us, TK * 8.0 + TK * 12.0 + E * 12.0, double(TK) + E, kFp32, dec);
 }
 
 void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
