@@ -65,6 +65,70 @@ TEST(CudaMoe, RouteSqrtSoftplusBiasedTopKAndHash) {
   }
 }
 
+// One token's routing and grouping in one launch against moe_route then moe_group: the same choice and weights
+// bit for bit, the same groups; rows: the same where experts are distinct, and with a hash table's repeated
+// experts each slot in its expert's rows (slot order there, moe_group's atomics in any order).
+TEST(CudaMoe, RouteAndGroupOneTokenMatchRouteThenGroup) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  struct Case { int E, K, func; bool hash; };
+  for (Case c : {Case{256, 6, 0, false}, Case{384, 6, 1, false}, Case{64, 8, 2, false}, Case{8, 2, 0, false},
+                 Case{256, 6, 0, true}}) {
+    SCOPED_TRACE("E=" + std::to_string(c.E) + " K=" + std::to_string(c.K) + (c.hash ? " hash" : ""));
+    auto dl = dev(normal(size_t(c.E), g, 2.0f));
+    auto db = dev(normal(size_t(c.E), g, 0.1f));
+    std::vector<int> table = {3, 3, 1, 200, 3, 1};  // token 0's row repeats experts 3 and 1
+    auto dt = dev(table);
+    auto di = dev(std::vector<int>{0});
+    const float* bias = c.hash ? nullptr : db.data();
+    const int* tid2eid = c.hash ? dt.data() : nullptr;
+    struct Out {
+      cuda::DeviceArray<int> chosen, ge, go, gc, ng, rows, toks;
+      cuda::DeviceArray<float> weight, wrow;
+    };
+    auto make = [&] {
+      return Out{poisoned<int>(size_t(c.K)), poisoned<int>(size_t(c.E)), poisoned<int>(size_t(c.E)),
+                 poisoned<int>(size_t(c.E)), poisoned<int>(1), poisoned<int>(size_t(c.K)),
+                 poisoned<int>(size_t(c.K)), poisoned<float>(size_t(c.K)), poisoned<float>(size_t(c.K))};
+    };
+    Out a = make(), b = make();
+    MOESERVE_CUDA_CHECK(cuda::moe_route(dl.data(), 1, c.E, c.K, c.func, bias, tid2eid, di.data(), true, 2.5f,
+                                        a.chosen.data(), a.weight.data(), nullptr));
+    MOESERVE_CUDA_CHECK(cuda::moe_group(a.chosen.data(), a.weight.data(), 1, c.K, c.E, nullptr, a.ge.data(),
+                                        a.go.data(), a.gc.data(), a.ng.data(), a.rows.data(), a.toks.data(),
+                                        a.wrow.data(), nullptr));
+    MOESERVE_CUDA_CHECK(cuda::moe_route_group_one_token(dl.data(), c.E, c.K, c.func, bias, tid2eid, di.data(), true,
+                                                        2.5f, b.chosen.data(), b.weight.data(), b.ge.data(),
+                                                        b.go.data(), b.gc.data(), b.ng.data(), b.rows.data(),
+                                                        b.toks.data(), b.wrow.data(), nullptr));
+    const auto chosen = host(a.chosen);
+    ASSERT_EQ(host(b.chosen), chosen);
+    expect_same_bits(host(b.weight), host(a.weight), "weights");
+    const int groups = host(a.ng)[0];
+    ASSERT_EQ(host(b.ng)[0], groups);
+    for (auto [x, y] : {std::pair{&a.ge, &b.ge}, std::pair{&a.go, &b.go}, std::pair{&a.gc, &b.gc}}) {
+      const auto hx = host(*x), hy = host(*y);
+      ASSERT_EQ(std::vector<int>(hy.begin(), hy.begin() + groups), std::vector<int>(hx.begin(), hx.begin() + groups));
+    }
+    const auto ge = host(a.ge), go = host(a.go), gc = host(a.gc), rows = host(b.rows), toks = host(b.toks);
+    const auto weight = host(a.weight), wrow = host(b.wrow);
+    std::vector<int> seen(size_t(c.K), 0);
+    for (int i = 0; i < c.K; ++i) {
+      const int r = rows[size_t(i)];
+      ASSERT_TRUE(r >= 0 && r < c.K) << "slot " << i;
+      ++seen[size_t(r)];
+      ASSERT_EQ(toks[size_t(r)], 0);
+      ASSERT_EQ(wrow[size_t(r)], weight[size_t(i)]) << "slot " << i;
+      int gi = 0;
+      while (gi < groups && ge[size_t(gi)] != chosen[size_t(i)]) ++gi;
+      ASSERT_LT(gi, groups) << "slot " << i;
+      ASSERT_TRUE(r >= go[size_t(gi)] && r < go[size_t(gi)] + gc[size_t(gi)]) << "slot " << i;
+    }
+    for (int r = 0; r < c.K; ++r) ASSERT_EQ(seen[size_t(r)], 1) << "row " << r;
+    if (!c.hash) EXPECT_EQ(rows, host(a.rows));  // distinct experts: one row each, the same
+  }
+}
+
 TEST(CudaSampling, GreedyTopKTopPMatchTheReference) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
