@@ -505,11 +505,21 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
        out = floats(size_t(T) * D);
   ids.fill_bytes(0);
   int* ge = groups.data();
-  auto step = [&](int) {
+  // The router's choice, the grouping, the combine: as every row below runs them.
+  auto route = [&] {
     MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0, static_cast<float*>(bias.data()),
                                         nullptr, ids.data(), true, 1.5f, chosen.data(), static_cast<float*>(wts.data()), st));
+  };
+  auto group = [&] {
     MOESERVE_CUDA_CHECK(cuda::moe_group(chosen.data(), static_cast<float*>(wts.data()), T, K, E, nullptr, ge, ge + E,
                                         ge + 2 * E, ge + 3 * E, ros.data(), tor.data(), static_cast<float*>(wor.data()), st));
+  };
+  auto combine = [&](float* rows) {
+    MOESERVE_CUDA_CHECK(cuda::moe_combine(rows, D, ros.data(), T, K, static_cast<float*>(out.data()), st));
+  };
+  auto step = [&](int) {
+    route();
+    group();
     cuda::GemvArgs a;
     const cuda::WeightType type = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
     set_weights(a, type, W13.data(), static_cast<float*>(rs1.data()), 2 * I, D, sld1);
@@ -535,7 +545,7 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
     b.ldy = D;
     b.x_rows = nullptr;
     MOESERVE_CUDA_CHECK(cuda::gemv(b, st));
-    MOESERVE_CUDA_CHECK(cuda::moe_combine(static_cast<float*>(y.data()), D, ros.data(), T, K, static_cast<float*>(out.data()), st));
+    combine(static_cast<float*>(y.data()));
   };
   const double us = time_us(step, 10);
   // Distinct experts hit by T tokens x 6 (uniform routing; the logits here are random): E (1 - (1 - 6/E)^T).
@@ -567,12 +577,9 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
     for (bool act8 : {false, true}) {
       f.act_fp8 = act8;
       const double us1 = time_us([&](int) {
-        MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0,
-                                            static_cast<float*>(bias.data()), nullptr, ids.data(), true, 1.5f,
-                                            chosen.data(), static_cast<float*>(wts.data()), st));
+        route();
         MOESERVE_CUDA_CHECK(cuda::moe_fp8_one_token(f, st));
-        MOESERVE_CUDA_CHECK(cuda::moe_combine(static_cast<float*>(y.data()), D, ros.data(), T, K,
-                                              static_cast<float*>(out.data()), st));
+        combine(static_cast<float*>(y.data()));
       }, 10);
       report(act8 ? "MoE routed fp8 (route+1 launch+combine) act8" : "MoE routed fp8 (route+1 launch+combine)", shape,
              us1, bytes, 2.0 * TK * 3 * I * D, kFp32, false);
@@ -592,13 +599,10 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
     };
     f.act_fp8 = true;
     const double us_sh = time_us([&](int i) {
-      MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0,
-                                          static_cast<float*>(bias.data()), nullptr, ids.data(), true, 1.5f,
-                                          chosen.data(), static_cast<float*>(wts.data()), st));
+      route();
       set_shared(i);
       MOESERVE_CUDA_CHECK(cuda::moe_fp8_one_token(f, st));
-      MOESERVE_CUDA_CHECK(cuda::moe_combine(static_cast<float*>(y.data()), D, ros.data(), T, K,
-                                            static_cast<float*>(out.data()), st));
+      combine(static_cast<float*>(y.data()));
     }, 10);
     report("MoE fp8 routed+shared (route+1 launch+combine) act8", shape, us_sh, shared_bytes, shared_flops, kFp32, false);
   }
@@ -612,10 +616,8 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
   auto* qs = static_cast<float*>(xs.data());
   auto* ye = static_cast<float*>(y.data());
   const double us_tc = time_us([&](int) {
-    MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0, static_cast<float*>(bias.data()),
-                                        nullptr, ids.data(), true, 1.5f, chosen.data(), static_cast<float*>(wts.data()), st));
-    MOESERVE_CUDA_CHECK(cuda::moe_group(chosen.data(), static_cast<float*>(wts.data()), T, K, E, nullptr, ge, ge + E,
-                                        ge + 2 * E, ge + 3 * E, ros.data(), tor.data(), static_cast<float*>(wor.data()), st));
+    route();
+    group();
     MOESERVE_CUDA_CHECK(cuda::gather_rows(static_cast<float*>(x.data()), D, tor.data(), TK, ye, st));
     MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(ye, TK, D, D, q, qs, st));
     MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny_grouped(q, qs, TK, TK, T, static_cast<const uint8_t*>(W13.data()),
@@ -629,7 +631,7 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
                                                       static_cast<float*>(bs2.data()), bld2, size_t(D / 128) * bld2, E,
                                                       D, I, ge, ge + E, ge + 2 * E, ge + 3 * E, std::min(E, TK), ye, D,
                                                       st));
-    MOESERVE_CUDA_CHECK(cuda::moe_combine(ye, D, ros.data(), T, K, static_cast<float*>(out.data()), st));
+    combine(ye);
   }, 10);
   report("MoE routed fp8 (skinny wgmma, grouped)", shape, us_tc, bytes, 2.0 * TK * 3 * I * D, kFp8, false);
 }

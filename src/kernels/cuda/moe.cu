@@ -22,8 +22,7 @@ __global__ void route_kernel(const float* logits, int T, int E, int K, int func,
                              float* weight) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float bv[EPL];
-#pragma unroll
-  for (int i = 0; i < EPL; ++i) bv[i] = bias && lane + 32 * i < E ? bias[lane + 32 * i] : 0.0f;
+  route_bias(bias, E, bv);
   dev::pdl_begin();
   extern __shared__ float sm[];
   const int t = blockIdx.x * kRouteWarps + warp;
@@ -51,8 +50,7 @@ __global__ void route_group_one_token_kernel(const float* logits, int E, int K, 
                                              int* token_of_row, float* weight_of_row) {
   const int lane = threadIdx.x & 31;
   float bv[EPL];
-#pragma unroll
-  for (int i = 0; i < EPL; ++i) bv[i] = bias && lane + 32 * i < E ? bias[lane + 32 * i] : 0.0f;
+  route_bias(bias, E, bv);
   dev::pdl_begin();
   extern __shared__ float sm[];
   int pick[8];

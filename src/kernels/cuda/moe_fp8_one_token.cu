@@ -56,6 +56,9 @@ struct QuadRows {
   const float* rs[kStreamRows];
 };
 
+// The launch's slots: the K routed ones, and the shared expert's when it runs inside.
+__host__ __device__ inline int slot_count(const MoeFp8OneTokenArgs& a) { return a.K + (a.shared_out ? 1 : 0); }
+
 __device__ __forceinline__ QuadRows quad_rows(const Fp8ExpertWeights& routed, const Fp8ExpertWeights& shared,
                                               int K, const int* chosen, int k, const int (&n)[kStreamRows], int cols) {
   const bool sh = k >= K;
@@ -92,8 +95,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_fp8_one_token_kernel(MoeFp8On
   const int D = a.D, I = a.I, nb = gridDim.x, b = blockIdx.x;
   const int per1 = I / 2, steps1 = D / kUnitK;  // W13 quads per slot, units per quad
   const int per2 = D / 4, steps2 = I / kUnitK;  // W2
-  const int slots = a.K + (a.shared_out ? 1 : 0);
-  const long long Q1 = (long long)slots * per1, Q2 = (long long)slots * per2;
+  const long long Q1 = (long long)slot_count(a) * per1, Q2 = (long long)slot_count(a) * per2;
   const int q1_end = int(Q1 * (b + 1) / nb), q2_begin = int(Q2 * b / nb), q2_end = int(Q2 * (b + 1) / nb);
   auto rows13 = [&](int q) {
     const int k = q / per1, j = 2 * (q % per1);
@@ -194,7 +196,7 @@ Shape shape_for(const MoeFp8OneTokenArgs& a) {
   Shape s;
   for (int per_sm = 2; per_sm >= 1 && s.blocks == 0; --per_sm) {
     const int blocks = per_sm * sm_count();
-    const int slots = a.K + (a.shared_out ? 1 : 0);
+    const int slots = slot_count(a);
     const long long Q2 = (long long)slots * (a.D / 4), range = (Q2 + blocks - 1) / blocks;
     const int span = int(std::min<long long>(slots, (range + a.D / 4 - 1) / (a.D / 4) + 1));
     const size_t smem = size_t(std::max(a.D, span * a.I)) * 4;
@@ -224,7 +226,7 @@ bool moe_fp8_one_token_fits(const MoeFp8OneTokenArgs& a) {
   };
   const bool shared_ok = !a.shared_out || (weights_ok(a.shared_w13, a.D) && weights_ok(a.shared_w2, a.I));
   return a.D > 0 && a.I > 0 && a.D % kUnitK == 0 && a.I % kUnitK == 0 && a.D <= kMaxDim && a.I <= kMaxDim &&
-         a.K >= 1 && a.K + (a.shared_out ? 1 : 0) <= kMaxSlots && weights_ok(a.w13, a.D) && weights_ok(a.w2, a.I) &&
+         a.K >= 1 && slot_count(a) <= kMaxSlots && weights_ok(a.w13, a.D) && weights_ok(a.w2, a.I) &&
          shared_ok && a.x && aligned16(a.x) &&
          a.chosen && a.weight && a.act && aligned16(a.act) && a.y && a.row_of_slot && a.barrier;
 }

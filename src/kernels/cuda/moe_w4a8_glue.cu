@@ -260,8 +260,7 @@ __global__ void __launch_bounds__(1024)
                                      int* slot_of_row, uint8_t* a, float* sa, int sa_ld) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   float bv[EPL];
-#pragma unroll
-  for (int i = 0; i < EPL; ++i) bv[i] = r.bias && lane + 32 * i < r.E ? r.bias[lane + 32 * i] : 0.0f;
+  dev::route_bias(r.bias, r.E, bv);
   dev::pdl_begin();
   extern __shared__ float scores[];  // [warps][E]
   __shared__ int s_chosen[kFusedRouteSlots];

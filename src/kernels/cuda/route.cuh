@@ -14,6 +14,15 @@ namespace moeserve::cuda::dev {
 
 __device__ __forceinline__ float route_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+// This lane's biases bv[i] of expert lane + 32 i (zeros past E or without a bias, as with a hash table): a weight,
+// so callers read them before pdl_wait.
+template <int EPL>
+__device__ __forceinline__ void route_bias(const float* bias, int E, float (&bv)[EPL]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < EPL; ++i) bv[i] = bias && lane + 32 * i < E ? bias[lane + 32 * i] : 0.0f;
+}
+
 // bias: this lane's biases (bv[i] for expert lane + 32 i; zeros with a hash table), read by the caller before
 // pdl_wait (a weight). hash_row: the token's K experts from tid2eid, or null. s: E floats of shared memory for
 // this warp. Every lane gets pick[0..K); lane 0 also gets weight[0..K).
