@@ -126,7 +126,6 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
     one_launch_experts_ = v != "0";
     one_launch_shared_ = v == "shared";
   }
-  if (const char* e = std::getenv("MOESERVE_ROUTE_GROUP"); e && std::string(e) == "1") route_groups_ = true;
   moe_barrier_ = DeviceArray<uint32_t>(2, "MoE grid barrier");
   moe_barrier_.fill_bytes(0);
   // Diagnostics of the BF16 linears past 8 rows (cuBLASLt): MOESERVE_BF16_LT=0 sends them all to the GEMV, =wide
@@ -833,20 +832,7 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
   // critical path); otherwise the router's own kernel.
   const bool glue_routes = L.experts_mxfp4.defined() && T <= cuda::moe_route_logits_max_tokens() &&
                            TK <= cuda::moe_route_gather_max_slots();
-  // The grouped GEMV chain's groups: by moe_group below, or (opt-in, MOESERVE_ROUTE_GROUP=1, not yet measured) at
-  // one token by the router's launch itself, one launch fewer on the critical path.
-  int* ge = groups_;
-  int* go = groups_ + E;
-  int* gc = groups_ + 2 * E;
-  int* ng = groups_ + 3 * E;
-  const bool route_groups =
-      route_groups_ && !glue_routes && !one_launch && !L.experts_mxfp4.defined() && T == 1 && K <= 8;
-  if (route_groups)
-    MOESERVE_CUDA_CHECK(cuda::moe_route_group_one_token(route.logits, E, K, route.func, route.bias, route.tid2eid,
-                                                        route.token_ids, route.norm_topk, route.route_scale, chosen_,
-                                                        route_w_, ge, go, gc, ng, row_of_slot_, token_of_row_,
-                                                        weight_of_row_, st));
-  else if (!glue_routes)
+  if (!glue_routes)
     MOESERVE_CUDA_CHECK(cuda::moe_route(route.logits, T, E, K, route.func, route.bias, route.tid2eid, route.token_ids,
                                         route.norm_topk, route.route_scale, chosen_, route_w_, st));
   if (L.experts_mxfp4.defined()) {
@@ -864,9 +850,12 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
     return;
   }
   // Routed experts, grouped by expert.
-  if (!route_groups)
-    MOESERVE_CUDA_CHECK(cuda::moe_group(chosen_, route_w_, T, K, E, nullptr, ge, go, gc, ng, row_of_slot_,
-                                        token_of_row_, weight_of_row_, st));
+  int* ge = groups_;
+  int* go = groups_ + E;
+  int* gc = groups_ + 2 * E;
+  int* ng = groups_ + 3 * E;
+  MOESERVE_CUDA_CHECK(cuda::moe_group(chosen_, route_w_, T, K, E, nullptr, ge, go, gc, ng, row_of_slot_,
+                                      token_of_row_, weight_of_row_, st));
   const bool large = !options_.exact && TK > kSkinnyRows * E;
   // Distinct experts per token (top-k, or a hash table checked at load): an expert has at most T rows.
   const int max_rows = spec.hash_moe && !L.tid2eid_distinct ? TK : T;

@@ -155,9 +155,6 @@ class GpuModel {
   // more slot of it): off by default, see GpuModel::moe.
   bool one_launch_experts_ = false;
   bool one_launch_shared_ = false;
-  // MOESERVE_ROUTE_GROUP=1: a one-token step's router also writes the FP8/BF16 expert chain's groups (opt-in until
-  // measured; see GpuModel::moe).
-  bool route_groups_ = false;
   cuda::DeviceArray<uint32_t> moe_barrier_;  // its grid barrier (the MoE runs on the main stream only)
   // MOESERVE_W4A8_DECODE_CONFIGS=W13:W2 (config names, kernels/cuda/moe_w4a8.h): the decode chain's GEMM configs
   // instead of the dispatch table's (A/B runs); -1: the table.

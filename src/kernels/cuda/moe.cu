@@ -38,62 +38,6 @@ __global__ void route_kernel(const float* logits, int T, int E, int K, int func,
     }
 }
 
-// One token: route_kernel's choice (one warp), then moe_group's outputs with lane i writing slot i (K <= 8): its
-// row and, for the first slot of each expert, the group, from pairwise compares of the K picks in registers. (A
-// first version in which lane 0 walked the slots one after another measured slower than the two launches:
-// docs/benchmarks/cuda-ops.md, twenty-fifth session.)
-template <int EPL>
-__global__ void route_group_one_token_kernel(const float* logits, int E, int K, int func, const float* bias,
-                                             const int* tid2eid, const int* token_ids, bool norm_topk,
-                                             float route_scale, int* chosen, float* weight, int* group_expert,
-                                             int* group_offset, int* group_count, int* num_groups, int* row_of_slot,
-                                             int* token_of_row, float* weight_of_row) {
-  const int lane = threadIdx.x & 31;
-  float bv[EPL];
-  route_bias(bias, E, bv);
-  dev::pdl_begin();
-  extern __shared__ float sm[];
-  int pick[8];
-  float w[8];
-  route_token<EPL>(logits, E, K, func, bv, tid2eid ? tid2eid + size_t(token_ids[0]) * K : nullptr, norm_topk,
-                   route_scale, sm, pick, w);
-  int e = 0;
-  float we = 0.0f;
-  int below = 0, same = 0, same_before = 0, experts_below = 0;  // slots / distinct experts ahead of this lane's
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    if (j >= K) break;
-    const float wj = __shfl_sync(0xffffffffu, w[j], 0);  // the weights are lane 0's
-    if (j == lane) e = pick[j], we = wj;
-  }
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    if (j >= K) break;
-    bool first = true;  // pick[j] is its expert's first slot
-#pragma unroll
-    for (int h = 0; h < j; ++h) first &= pick[h] != pick[j];
-    below += pick[j] < e;
-    same += pick[j] == e;
-    same_before += j < lane && pick[j] == e;
-    experts_below += first && pick[j] < e;
-  }
-  const bool mine = lane < K, leads = mine && same_before == 0;
-  const unsigned groups = __ballot_sync(0xffffffffu, leads);
-  if (!mine) return;
-  const int row = below + same_before;  // a repeated expert's slots take its rows in slot order
-  chosen[lane] = e;
-  weight[lane] = we;
-  row_of_slot[lane] = row;
-  token_of_row[row] = 0;
-  weight_of_row[row] = we;
-  if (leads) {
-    group_expert[experts_below] = e;
-    group_offset[experts_below] = below;
-    group_count[experts_below] = same;
-  }
-  if (lane == 0) *num_groups = __popc(groups);
-}
-
 // Single block: counts, offsets, active groups, rows.
 __global__ void __launch_bounds__(1024) group_kernel(const int* chosen, const float* weight, int T, int K, int E,
                                                      int* group_expert, int* group_offset, int* group_count,
@@ -168,20 +112,6 @@ cudaError_t moe_route(const float* logits, int T, int E, int K, int func, const 
     return dev::launch(route_kernel<decltype(epl)::value>, dim3((T + kRouteWarps - 1) / kRouteWarps),
                        dim3(kRouteWarps * 32), kRouteWarps * E * sizeof(float), stream, logits, T, E, K, func, bias,
                        tid2eid, token_ids, norm_topk, route_scale, chosen, weight);
-  });
-}
-
-cudaError_t moe_route_group_one_token(const float* logits, int E, int K, int func, const float* bias,
-                                      const int* tid2eid, const int* token_ids, bool norm_topk, float route_scale,
-                                      int* chosen, float* weight, int* group_expert, int* group_offset,
-                                      int* group_count, int* num_groups, int* row_of_slot, int* token_of_row,
-                                      float* weight_of_row, cudaStream_t stream) {
-  if (K > 8 || E > kMaxExperts || (!tid2eid && !bias)) return cudaErrorInvalidValue;
-  return dev::with_experts_per_lane<32>(E, [&](auto epl) {
-    return dev::launch(route_group_one_token_kernel<decltype(epl)::value>, dim3(1), dim3(32), E * sizeof(float),
-                       stream, logits, E, K, func, bias, tid2eid, token_ids, norm_topk, route_scale, chosen, weight,
-                       group_expert, group_offset, group_count, num_groups, row_of_slot, token_of_row,
-                       weight_of_row);
   });
 }
 

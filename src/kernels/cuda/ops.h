@@ -338,13 +338,6 @@ cudaError_t sparse_attention_mma(const BatchDesc& b, const AttentionArgs& a, cud
 cudaError_t moe_route(const float* logits, int T, int E, int K, int func, const float* bias, const int* tid2eid,
                       const int* token_ids, bool norm_topk, float route_scale, int* chosen, float* weight,
                       cudaStream_t stream);
-// One token's moe_route and moe_group in one launch (K <= 8): the same choice, weights and groups; a repeated
-// expert's slots (a hash table) take its rows in slot order, which moe_group leaves to its atomics.
-cudaError_t moe_route_group_one_token(const float* logits, int E, int K, int func, const float* bias,
-                                      const int* tid2eid, const int* token_ids, bool norm_topk, float route_scale,
-                                      int* chosen, float* weight, int* group_expert, int* group_offset,
-                                      int* group_count, int* num_groups, int* row_of_slot, int* token_of_row,
-                                      float* weight_of_row, cudaStream_t stream);
 // Grouped rows: counts per expert, active groups (expert, offset, count), num_groups, and for every slot
 // t * K + k its row (row_of_slot), each row's token and routing weight. work: moe_group_work_ints(E) ints.
 int moe_group_work_ints(int E);

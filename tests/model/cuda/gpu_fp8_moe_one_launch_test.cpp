@@ -54,14 +54,5 @@ TEST(GpuFp8MoeOneLaunch, SharedExpertInsideTracksTheCpuReference) {
                     "one-launch fp8 experts with the shared expert inside");
 }
 
-// The chain (not the one launch) with the router writing the groups itself (MOESERVE_ROUTE_GROUP=1); =0 the
-// control. Top-k, and the hash table whose slots repeat an expert.
-TEST(GpuFp8MoeOneLaunch, RouterWritingTheGroupsTracksTheCpuReference) {
-  SKIP_WITHOUT_GPU();
-  expect_tracks_cpu("moe", false, "MOESERVE_ROUTE_GROUP", "1", "MOESERVE_ROUTE_GROUP", "fp8 experts, groups by the router");
-  expect_tracks_cpu("hash_moe", true, "MOESERVE_ROUTE_GROUP", "1", "MOESERVE_ROUTE_GROUP",
-                    "fp8 experts, groups by the router, repeated hash experts");
-}
-
 }  // namespace
 }  // namespace moeserve
