@@ -476,11 +476,15 @@ void bench_small_ops(const std::string& model, int D, int T) {
   cuda::DeviceArray<int> ids(size_t(T), "ids"), chosen(size_t(TK), "c"), groups(size_t(3 * E + 1), "g"),
       ros(size_t(TK), "r"), tor(size_t(TK), "t");
   ids.fill_bytes(0);
-  us = time_us([&](int) {
-    MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0, static_cast<float*>(bias.data()),
-                                        nullptr, ids.data(), true, 1.5f, chosen.data(), static_cast<float*>(wts.data()), st));
-  }, T > 64 ? 3 : 20);
-  report("moe_route (sqrtsoftplus top-6)", sh, us, double(T) * E * 4 + E * 4.0 + TK * 8.0, double(T) * E * 20, kFp32, dec);
+  for (cuda::RouteTopK topk : {cuda::RouteTopK::Shuffle, cuda::RouteTopK::Redux}) {  // redux: opt-in, A/B row
+    us = time_us([&](int) {
+      MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0,
+                                          static_cast<float*>(bias.data()), nullptr, ids.data(), true, 1.5f,
+                                          chosen.data(), static_cast<float*>(wts.data()), st, topk));
+    }, T > 64 ? 3 : 20);
+    report(topk == cuda::RouteTopK::Redux ? "moe_route redux top-k" : "moe_route (sqrtsoftplus top-6)", sh, us,
+           double(T) * E * 4 + E * 4.0 + TK * 8.0, double(T) * E * 20, kFp32, dec);
+  }
   int* ge = groups.data();
   us = time_us([&](int) {
     MOESERVE_CUDA_CHECK(cuda::moe_group(chosen.data(), static_cast<float*>(wts.data()), T, K, E, nullptr, ge, ge + E,

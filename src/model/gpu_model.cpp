@@ -120,6 +120,7 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
     shared_after_glue_ = v == "glue";
     shared_on_main_ = v == "main";
   }
+  if (const char* e = std::getenv("MOESERVE_ATTN_LAST_COMBINE"); e && std::string(e) == "1") attn_last_combine_ = true;
   if (const char* e = std::getenv("MOESERVE_MOE_ONE_LAUNCH")) {
     const std::string v = e;
     check(v == "0" || v == "1" || v == "shared", "MOESERVE_MOE_ONE_LAUNCH='{}': expected 0, 1 or shared", v);
@@ -260,6 +261,10 @@ void GpuModel::ensure_workspace(const Plan& p) {
   o_ = f(15, T * H * hd);
   grouped_ = f(16, T * size_t(c.o_groups * c.o_lora_rank));
   attn_partial_ = f(17, cuda::attention_workspace_floats(int(T), int(H), int(hd), attn_splits_max_));
+  if (attn_last_combine_ && attn_counters_.size() < cuda::attention_counters(int(T), int(H))) {
+    attn_counters_ = cuda::DeviceArray<uint32_t>(cuda::attention_counters(int(T), int(H)), "attention split counters");
+    attn_counters_.fill_bytes(0, stream());  // ordered before the attention kernels on this stream
+  }
   gate_logits_ = f(18, T * E);
   chosen_ = i(19, TK);
   route_w_ = f(20, TK);
@@ -690,6 +695,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   aa.o = o_;
   aa.partial = attn_partial_;
   aa.splits = std::min(attn_splits_max_, cuda::attention_splits(T, H, max_keys));
+  if (attn_last_combine_) aa.split_counters = attn_counters_.data();
   aa.keys_bf16_nope = num.kv_fp8;
   MOESERVE_CUDA_CHECK(cuda::sparse_attention(b, aa, st));
   // The window ring only has to hold this step's kv before the layer's next step: its store runs beside the

@@ -320,7 +320,13 @@ struct AttentionArgs {
   // of 2 or more tokens, or over 512 or more keys, then take sparse_attention_mma (MOESERVE_ATTN_MMA_MIN_T=N: from
   // N tokens on).
   bool keys_bf16_nope = false;
+  // With splits > 1 on the fp32 kernel: one counter per (token, head block), zero before the call and left zero
+  // after it (attention_counters(T, H) of them), so that the last split's block of each head block adds the
+  // splits itself instead of a combine launch. Null: the combine launch. The tensor-core kernel ignores it.
+  unsigned* split_counters = nullptr;
 };
+// The split counters sparse_attention may use at T tokens of H heads (AttentionArgs::split_counters).
+size_t attention_counters(int T, int H);
 int attention_splits(int T, int H, int max_keys);
 size_t attention_workspace_floats(int T, int H, int hd, int splits);
 cudaError_t sparse_attention(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream);
@@ -334,10 +340,13 @@ cudaError_t sparse_attention_mma(const BatchDesc& b, const AttentionArgs& a, cud
 // ------------------------------------------------------------------------------------------- MoE (moe.cu)
 // Router (model/moe.cpp): scores = act(logits) (func 0 sqrtsoftplus, 1 sigmoid, 2 softmax); experts =
 // tid2eid[token] (hash) or the top-k of scores + bias (ties to the lower id); weights = scores[chosen],
-// normalised (norm_topk), times route_scale. chosen/weight: [T, K].
+// normalised (norm_topk), times route_scale. chosen/weight: [T, K]. topk: how each top-k round's warp argmax is
+// taken (the same choice either way): a shuffle tree of (score, expert) pairs, or two redux.sync; Default: the
+// shuffles unless MOESERVE_ROUTE_REDUX=1 (opt-in until measured in the layer).
+enum class RouteTopK { Default, Shuffle, Redux };
 cudaError_t moe_route(const float* logits, int T, int E, int K, int func, const float* bias, const int* tid2eid,
                       const int* token_ids, bool norm_topk, float route_scale, int* chosen, float* weight,
-                      cudaStream_t stream);
+                      cudaStream_t stream, RouteTopK topk = RouteTopK::Default);
 // Grouped rows: counts per expert, active groups (expert, offset, count), num_groups, and for every slot
 // t * K + k its row (row_of_slot), each row's token and routing weight. work: moe_group_work_ints(E) ints.
 int moe_group_work_ints(int E);

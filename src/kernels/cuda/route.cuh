@@ -23,10 +23,19 @@ __device__ __forceinline__ void route_bias(const float* bias, int E, float (&bv)
   for (int i = 0; i < EPL; ++i) bv[i] = bias && lane + 32 * i < E ? bias[lane + 32 * i] : 0.0f;
 }
 
+// A score as an unsigned key in the same order (larger score, larger key; -0 as +0, so that they tie as floats
+// do): the warp's maximum in one redux.sync.
+__device__ __forceinline__ unsigned route_key(float v) {
+  const unsigned u = v == 0.0f ? 0u : __float_as_uint(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 // bias: this lane's biases (bv[i] for expert lane + 32 i; zeros with a hash table), read by the caller before
 // pdl_wait (a weight). hash_row: the token's K experts from tid2eid, or null. s: E floats of shared memory for
-// this warp. Every lane gets pick[0..K); lane 0 also gets weight[0..K).
-template <int EPL>
+// this warp. Every lane gets pick[0..K); lane 0 also gets weight[0..K). REDUX: each top-k round's warp argmax as two
+// redux.sync (the largest key, then the lowest expert holding it) instead of a 5-level shuffle tree of (score,
+// expert) pairs: the same choice.
+template <int EPL, bool REDUX = false>
 __device__ void route_token(const float* logits, int E, int K, int func, const float (&bv)[EPL], const int* hash_row,
                             bool norm_topk, float route_scale, float* s, int (&pick)[8], float (&weight)[8]) {
   const int lane = threadIdx.x & 31;
@@ -70,8 +79,13 @@ __device__ void route_token(const float* logits, int E, int K, int func, const f
           bi = e;
         }
       }
+      if constexpr (REDUX) {
+        const unsigned key = bi < E ? route_key(best) : 0u;  // 0: below every score's key (-inf's is 0x007fffff)
+        const unsigned top = __reduce_max_sync(0xffffffffu, key);
+        bi = int(__reduce_min_sync(0xffffffffu, key == top ? unsigned(bi) : 0xffffffffu));
+      }
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
+      for (int o = 16; o > 0 && !REDUX; o >>= 1) {
         const float ob = __shfl_xor_sync(0xffffffffu, best, o);
         const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
         if (ob > best || (ob == best && oi < bi)) {

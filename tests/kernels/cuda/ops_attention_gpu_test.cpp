@@ -405,10 +405,30 @@ std::vector<float> want(size_t(count) * H * hd);
       a.partial = part.data();
       a.splits = splits;
       MOESERVE_CUDA_CHECK(kernel(seq.b, a, nullptr));
-      expect_close_rel(host(o), want, 0.0f, 2e-5f * kmax,
-                       name + " H " + std::to_string(H) + " ratio " + std::to_string(ratio) + (indexed ? " top-k" : "") +
-                           " start " + std::to_string(start) + " count " + std::to_string(count) + " splits " +
-                           std::to_string(splits));
+      const std::string what = name + " H " + std::to_string(H) + " ratio " + std::to_string(ratio) +
+                               (indexed ? " top-k" : "") + " start " + std::to_string(start) + " count " +
+                               std::to_string(count) + " splits " + std::to_string(splits);
+      expect_close_rel(host(o), want, 0.0f, 2e-5f * kmax, what);
+      if (kernel != cuda::sparse_attention || splits == 1) continue;
+      // The last split's block of each head block combining (no combine launch): the same bound, the counters
+      // back at zero, and a second call the same bits.
+      auto counters = dev(std::vector<unsigned>(cuda::attention_counters(count, H), 0u));
+      a.split_counters = counters.data();
+      std::vector<float> first;
+      for (int call = 0; call < 2; ++call) {
+        auto oc = poisoned<float>(size_t(count) * H * hd);
+        a.o = oc.data();
+        MOESERVE_CUDA_CHECK(kernel(seq.b, a, nullptr));
+        const std::vector<float> got = host(oc);
+        if (call == 0) {
+          expect_close_rel(got, want, 0.0f, 2e-5f * kmax, what + ", combined by the last split");
+          first = got;
+        } else {
+          expect_same_bits(got, first, what + ", combined by the last split, second call");
+        }
+        for (unsigned c : host(counters)) ASSERT_EQ(c, 0u) << what;
+      }
+      a.split_counters = nullptr;
     }
   };
   check(cuda::sparse_attention, "attention");
