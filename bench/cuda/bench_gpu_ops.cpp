@@ -397,6 +397,16 @@ void bench_attention(const std::string& model, int H, int S, int count, int ctx,
   // is what the bf16 ceiling is held against.
   const double us_mma = time_us([&](int) { MOESERVE_CUDA_CHECK(cuda::sparse_attention_mma(bt.b, a, st)); }, count > 64 ? 2 : 20);
   report("attention bf16x3 mma (" + kind + ")", shape, us_mma, bytes, flops * 3.75, kBf16, false);
+  if (count != 1 || a.splits == 1) return;
+  // A decode token's splits added by the kernels themselves (AttentionArgs::split_counters; opt-in in the engine,
+  // MOESERVE_ATTN_LAST_COMBINE=1): the same work without the combine launch.
+  cuda::DeviceArray<uint32_t> counters(cuda::attention_counters(T, H), "split counters");
+  counters.fill_bytes(0, st);
+  a.split_counters = counters.data();
+  const double us_in = time_us([&](int) { MOESERVE_CUDA_CHECK(cuda::sparse_attention(bt.b, a, st)); }, 20);
+  report("attention fp32, splits added inside (" + kind + ")", shape, us_in, bytes, flops, kFp32, false);
+  const double us_mma_in = time_us([&](int) { MOESERVE_CUDA_CHECK(cuda::sparse_attention_mma(bt.b, a, st)); }, 20);
+  report("attention bf16x3 mma, splits added inside (" + kind + ")", shape, us_mma_in, bytes, flops * 3.75, kBf16, false);
 }
 
 void bench_indexer(const std::string& model, int S, int count, int ctx, int k) {

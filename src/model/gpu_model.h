@@ -155,8 +155,8 @@ class GpuModel {
   // more slot of it): off by default, see GpuModel::moe.
   bool one_launch_experts_ = false;
   bool one_launch_shared_ = false;
-  // MOESERVE_ATTN_LAST_COMBINE=1: the fp32 attention's last split block per head block adds the splits (no
-  // combine launch; opt-in until measured), with these counters (zero between calls).
+  // MOESERVE_ATTN_LAST_COMBINE=1: the attention kernels add their key splits themselves (no combine launch; opt-in
+  // until measured), with these counters (AttentionArgs::split_counters).
   bool attn_last_combine_ = false;
   cuda::DeviceArray<uint32_t> attn_counters_;
   cuda::DeviceArray<uint32_t> moe_barrier_;  // its grid barrier (the MoE runs on the main stream only)

@@ -107,74 +107,22 @@ __device__ __forceinline__ void add_values(float4 (&o)[HPW][NCW], const float (&
   }
 }
 
-// The last-arriving split's block of a (token, head block) combines its HB heads' splits (a.split_counters): each
-// block's partial stores are fenced before its arrival; the last one reads the splits through L2 and leaves the
-// counter at zero for the next call. Per output float4, the splits in order, eight at a time (one load round), each
-// batch rescaling the running sum to its new maximum; the sink's term first (combine_kernel adds them in another
-// order: the same up to rounding).
-__device__ __forceinline__ void combine_if_last(const AttentionArgs& a, int t, int h0, int HB, int pos) {
+// The last-arriving split's block of a (token, head block) combines its HB heads' splits (a.split_counters, from
+// index 2): each block's partial stores are fenced before its arrival; the last one leaves the counter at zero for
+// the next call.
+__device__ __forceinline__ void combine_if_last(const BatchDesc& b, const AttentionArgs& a, int t, int h0, int HB) {
   __shared__ bool last;
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    unsigned* counter = a.split_counters + size_t(t) * (a.H / HB) + h0 / HB;
+    unsigned* counter = a.split_counters + 2 + size_t(t) * (a.H / HB) + h0 / HB;
     last = atomicAdd(counter, 1u) == unsigned(a.splits) - 1;
     if (last) *counter = 0;  // every split has arrived: nobody else touches it in this call
   }
   __syncthreads();
   if (!last) return;
   __threadfence();
-  const int hd = a.hd, hd4 = hd / 4, pitch = hd + 4;
-  constexpr int kBatch = 8;  // splits loaded together: one L2 round trip for a decode token's 4-5 splits
-  for (int i = threadIdx.x; i < HB * hd4; i += blockDim.x) {
-    const int head = h0 + i / hd4, d4 = i % hd4;
-    const float* src = a.partial + (size_t(t) * a.H + head) * a.splits * pitch;
-    // Online over batches: M the largest maximum so far (the sink's first), denom and o scaled to it.
-    float M = a.sinks[head], denom = 1.0f;
-    float4 o = make_float4(0, 0, 0, 0);
-    for (int s0 = 0; s0 < a.splits; s0 += kBatch) {
-      float ms[kBatch], ls[kBatch];
-      float4 vs[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const bool in = s0 + j < a.splits;
-        const float* ps = src + size_t(in ? s0 + j : 0) * pitch;
-        ms[j] = in ? __ldcg(ps) : -INFINITY;
-        ls[j] = in ? __ldcg(ps + 1) : 0.0f;
-        vs[j] = in ? __ldcg(reinterpret_cast<const float4*>(ps + 4) + d4) : make_float4(0, 0, 0, 0);
-      }
-      float Mb = M;
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) Mb = fmaxf(Mb, ms[j]);
-      const float scale = expf(M - Mb);
-      denom *= scale;
-      o = make_float4(o.x * scale, o.y * scale, o.z * scale, o.w * scale);
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (ms[j] == -INFINITY) continue;
-        const float f = expf(ms[j] - Mb);
-        denom += ls[j] * f;
-        o.x += vs[j].x * f;
-        o.y += vs[j].y * f;
-        o.z += vs[j].z * f;
-        o.w += vs[j].w * f;
-      }
-      M = Mb;
-    }
-    const float inv = 1.0f / denom;
-    float v[4] = {o.x * inv, o.y * inv, o.z * inv, o.w * inv};
-    const int d = 4 * d4;
-    if (d >= hd - a.rope_dim)  // de-rotate (rotate_store's arithmetic for one float4)
-#pragma unroll
-      for (int q = 0; q < 4; q += 2) {
-        const float angle = float(pos) * a.inv_freq[(d + q - (hd - a.rope_dim)) / 2];
-        const float cs = float(cos(double(angle))) * a.rope_scale, sn = -float(sin(double(angle))) * a.rope_scale;
-        const float x0 = v[q], x1 = v[q + 1];
-        v[q] = x0 * cs - x1 * sn;
-        v[q + 1] = x1 * cs + x0 * sn;
-      }
-    *reinterpret_cast<float4*>(a.o + (size_t(t) * a.H + head) * hd + d) = make_float4(v[0], v[1], v[2], v[3]);
-  }
+  combine_split_rows(b, a, t * a.H + h0, t * a.H + h0 + HB);
 }
 
 // DS: warps per head group, each taking 1/DS of head_dim (its share of every score, added in order through
@@ -340,7 +288,7 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
       if (d4 < hd4) *reinterpret_cast<float4*>(dst + 4 + 4 * d4) = o[h][c];
     }
   }
-  if (a.split_counters) combine_if_last(a, t, h0, HB, pos);
+  if (a.split_counters) combine_if_last(b, a, t, h0, HB);
 }
 
 // One block of 4 warps per (token, head): warp w combines splits w, w + 4, ..., reading up to kBatch of them at
@@ -494,7 +442,7 @@ static int min_split_keys() {
   return n;
 }
 
-size_t attention_counters(int T, int H) { return size_t(T) * size_t(H / kWarps); }  // head blocks of >= 4 heads
+size_t attention_counters(int T, int H) { return 2 + size_t(T) * size_t(H / kWarps); }  // head blocks of >= 4 heads
 
 int attention_splits(int T, int H, int max_keys) {
   const int hb = kWarps * heads_per_warp(H, T, max_keys);

@@ -369,6 +369,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   // Warps w and w + 4 share a scheduler: the same part of both head groups (the same code and tensor work).
   attend(k, warp >> 2, warp & 3, h0);
+  if (a.splits > 1 && a.split_counters) {  // every block's partials, then each block combines a share of the rows
+    grid_barrier(a.split_counters);        // all resident: sparse_attention_mma keeps the grid to one wave
+    const int blocks = int(gridDim.x * gridDim.y * gridDim.z);
+    const int id = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+    const int rows = b.T * a.H, per = (rows + blocks - 1) / blocks;
+    combine_split_rows(b, a, min(rows, id * per), min(rows, (id + 1) * per));
+  }
 }
 
 }  // namespace
@@ -390,7 +397,7 @@ cudaError_t sparse_attention_mma(const BatchDesc& b, const AttentionArgs& a, cud
   m.splits = std::max(1, std::min(a.splits, dev::sm_count() / (b.T * (a.H / kHeads))));
   const cudaError_t err =
       dev::launch(attention_mma_kernel, dim3(b.T, a.H / kHeads, m.splits), dim3(kThreads), kSmemBytes, stream, b, m);
-  return err != cudaSuccess || m.splits == 1 ? err : attention_combine(b, m, stream);
+  return err != cudaSuccess || m.splits == 1 || m.split_counters ? err : attention_combine(b, m, stream);
 }
 
 }  // namespace moeserve::cuda

@@ -275,6 +275,29 @@ __device__ __forceinline__ float add_expert_rows(float acc, const float* rows, c
   return acc;
 }
 
+// Grid-wide barrier of a kernel whose blocks are all resident. bar[0] counts arrivals; the last one resets it
+// (for the next launch) and advances the generation bar[1], which the others watch. Every block reads the
+// generation before it arrives, so none can miss the advance.
+__device__ inline void grid_barrier(unsigned* bar) {
+  __syncthreads();  // this block's writes before thread 0's fence
+  if (threadIdx.x == 0) {
+    unsigned gen, now;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(gen) : "l"(bar + 1) : "memory");
+    __threadfence();
+    if (atomicAdd(bar, 1u) == gridDim.x * gridDim.y * gridDim.z - 1) {
+      atomicExch(bar, 0u);
+      __threadfence();
+      asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 1), "r"(gen + 1) : "memory");
+    } else {
+      do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(bar + 1) : "memory");
+      } while (now == gen);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
 // Asks L2 to fetch [p, p + bytes) (16-byte aligned, a multiple of 16 bytes) without waiting for it.
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");

@@ -320,9 +320,11 @@ struct AttentionArgs {
   // of 2 or more tokens, or over 512 or more keys, then take sparse_attention_mma (MOESERVE_ATTN_MMA_MIN_T=N: from
   // N tokens on).
   bool keys_bf16_nope = false;
-  // With splits > 1 on the fp32 kernel: one counter per (token, head block), zero before the call and left zero
-  // after it (attention_counters(T, H) of them), so that the last split's block of each head block adds the
-  // splits itself instead of a combine launch. Null: the combine launch. The tensor-core kernel ignores it.
+  // With splits > 1: the kernel adds the splits itself instead of a combine launch. attention_counters(T, H)
+  // counters, zero before their first use; the kernels leave them ready for the next call. The fp32 kernel: one per
+  // (token, head block) from index 2, the last split's block of each head block adds its heads' splits. The
+  // tensor-core kernel: a grid-wide barrier in [0, 2) (its one-wave grid is all resident), then every block adds a
+  // share of the rows. Null: the combine launch.
   unsigned* split_counters = nullptr;
 };
 // The split counters sparse_attention may use at T tokens of H heads (AttentionArgs::split_counters).
