@@ -267,6 +267,61 @@ __device__ __forceinline__ void stage_x_interleaved(const float* x, int K, float
   }
 }
 
+// stage_x_interleaved<VEC, true> of x's weighted RMSNorm, in one memory round: thread (warp w, lane l) loads the
+// float4s l of x's 128-value blocks w, w + W, w + 2W, w + 3W (W = blockDim / 32 warps: K <= 512 W), as for_x_blocks
+// does; nw: the norm weights of the same float4s (loaded by the caller, before pdl_wait). The squares are summed in
+// double per thread (its float4s in order, x then y, z, w), by warp_sum, then over the warps in order (red: W
+// doubles of shared memory); scale = float(1 / sqrt(total / K + eps)); x * scale * w; then the FP8 simulation per
+// 128 values and the interleaved store. The same arithmetic as gemv_normed_x (tests), not rms_norm's order. Every
+// thread takes part; the caller synchronizes before reading xs4.
+template <int VEC>
+__device__ __forceinline__ void stage_x_normed_act8(const float* x, int K, float4* xs4, const float4 (&nw)[4],
+                                                    float eps, double* red) {
+  constexpr int NJ = VEC / 4, kBatch = 4;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = int(blockDim.x >> 5), KB = K / 128;
+  const int chunks = K / VEC;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  float4 v[kBatch];
+#pragma unroll
+  for (int j = 0; j < kBatch; ++j) {
+    const int b = warp + j * warps;
+    v[j] = b < KB ? x4[b * 32 + lane] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  double ss = 0;
+#pragma unroll
+  for (int j = 0; j < kBatch; ++j) {
+    ss = __fma_rn(double(v[j].x), double(v[j].x), ss);
+    ss = __fma_rn(double(v[j].y), double(v[j].y), ss);
+    ss = __fma_rn(double(v[j].z), double(v[j].z), ss);
+    ss = __fma_rn(double(v[j].w), double(v[j].w), ss);
+  }
+  ss = warp_sum(ss);
+  if (lane == 0) red[warp] = ss;
+  __syncthreads();
+  double total = 0;
+  for (int w = 0; w < warps; ++w) total += red[w];
+  const float s = float(1.0 / sqrt(total / double(K) + double(eps)));
+  float m[kBatch];
+#pragma unroll
+  for (int j = 0; j < kBatch; ++j) {
+    v[j] = make_float4(v[j].x * s * nw[j].x, v[j].y * s * nw[j].y, v[j].z * s * nw[j].z, v[j].w * s * nw[j].w);
+    m[j] = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) m[j] = fmaxf(m[j], __shfl_xor_sync(0xffffffffu, m[j], o));
+#pragma unroll
+  for (int j = 0; j < kBatch; ++j) {
+    const int b = warp + j * warps;
+    if (b >= KB) continue;
+    const float sc = pow2_scale(m[j], kFp8Max, kFp8AmaxFloor);
+    const float4 q = fp8_round4(v[j], 1.0f / sc);
+    const int f = b * 32 + lane;
+    xs4[(f % NJ) * chunks + f / NJ] = make_float4(q.x * sc, q.y * sc, q.z * sc, q.w * sc);
+  }
+}
+
 // acc plus column d of token t's K expert rows, rows[row_of_slot[t * K + j]], added in slot order: moe_combine's
 // sum, also folded into hc_post_mix (the same order keeps the two bit for bit).
 __device__ __forceinline__ float add_expert_rows(float acc, const float* rows, const int* row_of_slot, int t, int K,

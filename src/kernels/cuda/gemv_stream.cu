@@ -68,6 +68,14 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
   int q = blockIdx.x * teams + team, ks = wi, parity = 0;
   Unit cur, nxt;
   if (!grouped && q < quads) load(q, ks, cur);
+  float4 nw[4];  // the norm's weights (a.norm_w, ACT8 only), in stage_x_normed_act8's layout: before the wait
+  if (ACT8 && a.norm_w)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int b = warp + j * kWarps;
+      nw[j] = b < K / 128 ? __ldg(reinterpret_cast<const float4*>(a.norm_w) + b * 32 + lane)
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
   pdl_wait();
   // Dense problems let the next kernel launch now. Groups (a decode step's experts) let it launch as their blocks
   // finish, which measured faster on the routed MoE at one token; for the dense GEMVs of a layer, releasing late
@@ -84,8 +92,14 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
     if (q < quads) load(q, ks, cur);
   }
 
-  // Stage x (the FP8 activation simulation per 128 values first, fp8_block_sim's arithmetic).
-  stage_x_interleaved<VEC, ACT8>(x, K, xs4);
+  // Stage x (the FP8 activation simulation per 128 values first, fp8_block_sim's arithmetic; its RMSNorm before
+  // that where asked).
+  if (ACT8 && a.norm_w) {
+    __shared__ double red_norm[kWarps];
+    stage_x_normed_act8<VEC>(x, K, xs4, nw, a.norm_eps, red_norm);
+  } else {
+    stage_x_interleaved<VEC, ACT8>(x, K, xs4);
+  }
   __syncthreads();
 
   // One accumulator per row and load slot: a lane's sums are chains of at most VEC + K / (32 * VEC * kIt) + 1
@@ -167,6 +181,8 @@ bool gemv_stream_fits(const GemvArgs& a) {
                                      : a.M == 1 && a.x_stride % 4 == 0;
   return one_row && a.K > 0 && a.K <= kGemvStreamMaxK && a.K % vec == 0 &&
          (!fp8 || a.K % 128 == 0 || a.scale_ld > 0) && (!a.act_fp8 || a.K % 128 == 0) &&
+         (!a.norm_w || (!a.group_count && a.act_fp8 && a.K <= 512 * kWarps &&
+                        reinterpret_cast<uintptr_t>(a.norm_w) % 16 == 0)) &&
          reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && (a.w_stride * (fp8 ? 1 : 2)) % 16 == 0;
 }

@@ -232,6 +232,11 @@ struct GemvArgs {
   // The streaming one-row kernel (gemv_stream.h) fills every SM with two persistent blocks; on a concurrent
   // branch it leaves this many SMs with one, so that the main stream's small kernels can start beside it.
   int leave_sms = 0;
+  // x's weighted RMSNorm (norm_w [K], norm_eps) applied as x is staged, before act_fp8, in one memory round: one
+  // launch fewer ahead of a one-row GEMV (q_norm before wq_b). Its own summation order (common.cuh
+  // stage_x_normed_act8), not rms_norm's. Needs gemv_fuses_norm(args).
+  const float* norm_w = nullptr;
+  float norm_eps = 0.0f;
 };
 // One row over FP8 weights (dense M == 1, or groups of one row) runs the streaming kernel (gemv_stream.h;
 // MOESERVE_GEMV_STREAM=0: not).
@@ -243,6 +248,9 @@ GemvArgs gemv_args_on_slices(int G, int N, int K, const float* x, float* y, int 
 // with more rows the per-load simulation costs more issue than the weight stream leaves), the vectorized path
 // (16-byte aligned rows) and K % 128 == 0.
 bool gemv_fuses_act_fp8(const GemvArgs& args);
+// Whether gemv applies GemvArgs::norm_w itself: one dense row (M == 1) on the streaming kernel (FP8 weights) with
+// act_fp8, K <= 4096, norm_w 16-byte aligned.
+bool gemv_fuses_norm(const GemvArgs& args);
 
 // ------------------------------------------------------------------------- compressor / indexer (kv.cu)
 // One compressor (model/attention.cpp compress_entry): for every token t whose block completes

@@ -8,6 +8,8 @@
 // choices.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "kernels/cuda/device.h"
 #include "model/fixture.h"
 #include "model/gpu_model.h"
@@ -58,6 +60,26 @@ TEST(GpuSkinnyPaths, CheckpointNumericsTrackTheCpuReference) {
   // the activation simulation in its staging.
   testing::expect_gpu_tracks_checkpoint_numerics(*model, 64, 7, 32, {32, 16, 8, 3, 1}, "skinny paths",
                                                  "MOESERVE_FP8_SKINNY");
+}
+
+// A one-token step's q_norm inside wq_b's streaming GEMV (MOESERVE_GEMV_NORM=1; the kernel's own test is
+// CudaGemm.OneRowGemvNormsItsInput): a window-only layer (no indexer, which would read the normed qr_) with a q rank
+// the fused staging takes (512), against the CPU reference; the control runs rms_norm's launch.
+TEST(GpuSkinnyPaths, QNormInsideWqBTracksTheCpuReference) {
+  SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  nlohmann::json config = testing::one_layer_tiny_hf(1024, 512, "sliding_attention", "moe");
+  config["num_attention_heads"] = 8;
+  config["head_dim"] = 128;
+  config["q_lora_rank"] = 512;
+  config["o_groups"] = 2;
+  config["o_lora_rank"] = 128;
+  testing::write_random_checkpoint(dir.file("f32"), config, 17);
+  testing::convert(dir.file("f32"), dir.file("fp8"), model::WeightsTarget::Fp8);
+  auto model = model::Model::load(dir.file("fp8"));
+  setenv("MOESERVE_GEMV_NORM", "1", 1);
+  testing::expect_gpu_tracks_checkpoint_numerics(*model, 24, 9, 8, {1}, "q_norm inside wq_b", "MOESERVE_GEMV_NORM");
+  unsetenv("MOESERVE_GEMV_NORM");
 }
 
 }  // namespace
