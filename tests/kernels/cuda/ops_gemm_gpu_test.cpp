@@ -319,6 +319,9 @@ TEST(CudaGemm, OneRowGemvNormsItsInput) {
     cuda::GemvArgs no_sim = a;
     no_sim.act_fp8 = false;
     EXPECT_FALSE(cuda::gemv_fuses_norm(no_sim)) << what;
+    cuda::GemvArgs past_one_pass = a;  // only the predicate: K past what one staging pass holds
+    past_one_pass.K = 8192;
+    EXPECT_FALSE(cuda::gemv_fuses_norm(past_one_pass)) << what;
   }
   cuda::GemvArgs two = tiny_bf16_args(128, 2);
   auto nw = dev(std::vector<float>(128, 1.0f));
