@@ -265,6 +265,7 @@ void GpuModel::ensure_workspace(const Plan& p) {
   if (attn_last_combine_ && attn_counters_.size() < cuda::attention_counters(int(T), int(H))) {
     attn_counters_ = cuda::DeviceArray<uint32_t>(cuda::attention_counters(int(T), int(H)), "attention split counters");
     attn_counters_.fill_bytes(0, stream());  // ordered before the attention kernels on this stream
+    ++generation_;                           // graphs captured with the old array are stale
   }
   gate_logits_ = f(18, T * E);
   chosen_ = i(19, TK);
