@@ -127,8 +127,9 @@ __device__ __forceinline__ void combine_if_last(const BatchDesc& b, const Attent
 
 // DS: warps per head group, each taking 1/DS of head_dim (its share of every score, added in order through
 // shared memory, and of the output columns): twice the warps in flight for a decode token, whose blocks are few
-// and whose warps' chains of shared-memory reads are the time.
-template <int HPW, int NC, int DS>
+// and whose warps' chains of shared-memory reads are the time. LAST: the last split's block adds the splits
+// (a.split_counters; a template parameter, so that the other launches keep the registers they had without it).
+template <int HPW, int NC, int DS, bool LAST>
 __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b, AttentionArgs a) {
   dev::pdl_begin();
   constexpr int HB = kWarps * HPW;
@@ -288,7 +289,7 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
       if (d4 < hd4) *reinterpret_cast<float4*>(dst + 4 + 4 * d4) = o[h][c];
     }
   }
-  if (a.split_counters) combine_if_last(b, a, t, h0, HB);
+  if constexpr (LAST) combine_if_last(b, a, t, h0, HB);
 }
 
 // One block of 4 warps per (token, head): warp w combines splits w, w + 4, ..., reading up to kBatch of them at
@@ -393,17 +394,21 @@ cudaError_t launch(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stre
   const bool split_dim = DS == 2 && (a.hd / 4) % 2 == 0;
   static bool configured = false;
   if (!configured) {
-    cudaFuncSetAttribute(attention_kernel<HPW, NC, DS>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
-    cudaFuncSetAttribute(attention_kernel<HPW, NC, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    for (auto kernel : {attention_kernel<HPW, NC, DS, false>, attention_kernel<HPW, NC, 1, false>,
+                        attention_kernel<HPW, NC, DS, true>, attention_kernel<HPW, NC, 1, true>})
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
     configured = true;
   }
-  dim3 grid(b.T, a.H / HB, a.splits);
+  const dim3 grid(b.T, a.H / HB, a.splits);
+  const bool last = a.splits > 1 && a.split_counters;
   if (split_dim)
-    dev::launch(attention_kernel<HPW, NC, DS>, dim3(grid), dim3(kWarps * 32 * DS), smem, stream, b, a);
+    dev::launch(last ? attention_kernel<HPW, NC, DS, true> : attention_kernel<HPW, NC, DS, false>, grid,
+                dim3(kWarps * 32 * DS), smem, stream, b, a);
   else
-    dev::launch(attention_kernel<HPW, NC, 1>, dim3(grid), dim3(kWarps * 32), smem, stream, b, a);
+    dev::launch(last ? attention_kernel<HPW, NC, 1, true> : attention_kernel<HPW, NC, 1, false>, grid,
+                dim3(kWarps * 32), smem, stream, b, a);
   // combine_kernel<NC, kBatch> (NC from hd as launch_nc picks it), unless the last split's blocks combine
-  if (a.splits > 1 && !a.split_counters) attention_combine(b, a, stream);
+  if (a.splits > 1 && !last) attention_combine(b, a, stream);
   return cudaGetLastError();
 }
 
