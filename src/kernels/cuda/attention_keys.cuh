@@ -2,7 +2,7 @@
 // Which keys a token attends to (kernels/cuda/ops.h sparse_attention), shared by the fp32 attention kernel
 // (attention.cu) and the tensor-core one (attention_mma.cu): first the window, positions pos - nwin + 1 .. pos
 // (this chunk's kv rows, and before the chunk the window ring), then the compressed entries (all i < (pos + 1) /
-// ratio, or the token's top-k).
+// ratio, or the token's top-k). Also shared: how a block adds the key splits' partials (combine_split_rows).
 #include "kernels/cuda/ops.h"
 
 namespace moeserve::cuda {
