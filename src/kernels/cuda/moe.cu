@@ -107,12 +107,12 @@ __global__ void combine_kernel(const float* y, int D, const int* row_of_slot, in
 }  // namespace
 
 // The top-k's warp argmax by redux.sync by default? MOESERVE_ROUTE_REDUX=1 (opt-in until measured on the H200).
-static bool route_redux_default() {
-  static const bool on = [] {
+bool route_topk_redux(RouteTopK topk) {
+  static const bool by_default = [] {
     const char* e = std::getenv("MOESERVE_ROUTE_REDUX");
     return e && std::string(e) == "1";
   }();
-  return on;
+  return topk == RouteTopK::Redux || (topk == RouteTopK::Default && by_default);
 }
 
 cudaError_t moe_route(const float* logits, int T, int E, int K, int func, const float* bias, const int* tid2eid,
@@ -120,7 +120,7 @@ cudaError_t moe_route(const float* logits, int T, int E, int K, int func, const 
                       cudaStream_t stream, RouteTopK topk) {
   if (T == 0) return cudaSuccess;
   if (K > 8 || E > kMaxExperts || (!tid2eid && !bias)) return cudaErrorInvalidValue;
-  const bool redux = topk == RouteTopK::Redux || (topk == RouteTopK::Default && route_redux_default());
+  const bool redux = route_topk_redux(topk);
   return dev::with_experts_per_lane<32>(E, [&](auto epl) {
     constexpr int EPL = decltype(epl)::value;
     auto kernel = redux ? route_kernel<EPL, true> : route_kernel<EPL, false>;

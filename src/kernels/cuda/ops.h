@@ -354,6 +354,7 @@ cudaError_t sparse_attention_mma(const BatchDesc& b, const AttentionArgs& a, cud
 // taken (the same choice either way): a shuffle tree of (score, expert) pairs, or two redux.sync; Default: the
 // shuffles unless MOESERVE_ROUTE_REDUX=1 (opt-in until measured in the layer).
 enum class RouteTopK { Default, Shuffle, Redux };
+bool route_topk_redux(RouteTopK topk);  // whether `topk` means the redux form (Default: MOESERVE_ROUTE_REDUX=1)
 cudaError_t moe_route(const float* logits, int T, int E, int K, int func, const float* bias, const int* tid2eid,
                       const int* token_ids, bool norm_topk, float route_scale, int* chosen, float* weight,
                       cudaStream_t stream, RouteTopK topk = RouteTopK::Default);
