@@ -391,11 +391,12 @@ cudaError_t sparse_attention_mma(const BatchDesc& b, const AttentionArgs& a, cud
   if (b.T == 0) return cudaSuccess;
   if (!sparse_attention_mma_fits(a.H, a.hd, a.rope_dim, a.max_keys)) return cudaErrorInvalidValue;
   static const cudaError_t configured = [] {
-    const cudaError_t e = cudaFuncSetAttribute(attention_mma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(kSmemBytes));
-    return e != cudaSuccess ? e
-                            : cudaFuncSetAttribute(attention_mma_kernel<true>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
+    for (auto kernel : {attention_mma_kernel<false>, attention_mma_kernel<true>})
+      if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     int(kSmemBytes));
+          e != cudaSuccess)
+        return e;
+    return cudaSuccess;
   }();
   if (configured != cudaSuccess) return configured;
   if (a.splits < 1 || (a.splits > 1 && !a.partial)) return cudaErrorInvalidValue;

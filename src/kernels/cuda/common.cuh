@@ -247,18 +247,23 @@ __device__ __forceinline__ void for_x_blocks(const float* x, int K, Emit emit) {
 // block's exact reciprocal: with a division per value and a block at a time it cost a one-row GEMV of K = 4096 on
 // the H200 ~1.2 us more than the plain copy, and 4.1 us at K = 16384 (bench_gpu_ops linear, the `gemv fp8 act8`
 // rows). Every thread of the block takes part; the caller synchronizes before reading. L2: as for_x_blocks.
+// This lane's float4 of x's 128-value block b (amax: the block's largest magnitude) through the FP8 simulation, into
+// stage_x_interleaved's layout.
+template <int VEC>
+__device__ __forceinline__ void stage_block_act8(int b, float4 v, float amax, int chunks, float4* xs4) {
+  constexpr int NJ = VEC / 4;  // float4s per chunk
+  const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
+  const float4 q = fp8_round4(v, 1.0f / s);
+  const int f = b * 32 + int(threadIdx.x & 31);  // float4 index in x
+  xs4[(f % NJ) * chunks + f / NJ] = make_float4(q.x * s, q.y * s, q.z * s, q.w * s);
+}
+
 template <int VEC, bool ACT8, bool L2 = false>
 __device__ __forceinline__ void stage_x_interleaved(const float* x, int K, float4* xs4) {
   constexpr int NJ = VEC / 4;  // float4s per chunk
-  const int chunks = K / VEC, lane = threadIdx.x & 31;
+  const int chunks = K / VEC;
   if constexpr (ACT8) {
-    for_x_blocks<L2>(x, K, [&](int b, float4 v, float amax) {
-      const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
-      const float4 q = fp8_round4(v, 1.0f / s);
-      v = make_float4(q.x * s, q.y * s, q.z * s, q.w * s);
-      const int f = b * 32 + lane;  // float4 index in x
-      xs4[(f % NJ) * chunks + f / NJ] = v;
-    });
+    for_x_blocks<L2>(x, K, [&](int b, float4 v, float amax) { stage_block_act8<VEC>(b, v, amax, chunks, xs4); });
   } else {
     for (int f = threadIdx.x; f < K / 4; f += blockDim.x) {
       const float4* x4 = reinterpret_cast<const float4*>(x) + f;
@@ -277,7 +282,7 @@ __device__ __forceinline__ void stage_x_interleaved(const float* x, int K, float
 template <int VEC>
 __device__ __forceinline__ void stage_x_normed_act8(const float* x, int K, float4* xs4, const float4 (&nw)[4],
                                                     float eps, double* red) {
-  constexpr int NJ = VEC / 4, kBatch = 4;
+  constexpr int kBatch = 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = int(blockDim.x >> 5), KB = K / 128;
   const int chunks = K / VEC;
   const float4* x4 = reinterpret_cast<const float4*>(x);
@@ -312,14 +317,8 @@ __device__ __forceinline__ void stage_x_normed_act8(const float* x, int K, float
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) m[j] = fmaxf(m[j], __shfl_xor_sync(0xffffffffu, m[j], o));
 #pragma unroll
-  for (int j = 0; j < kBatch; ++j) {
-    const int b = warp + j * warps;
-    if (b >= KB) continue;
-    const float sc = pow2_scale(m[j], kFp8Max, kFp8AmaxFloor);
-    const float4 q = fp8_round4(v[j], 1.0f / sc);
-    const int f = b * 32 + lane;
-    xs4[(f % NJ) * chunks + f / NJ] = make_float4(q.x * sc, q.y * sc, q.z * sc, q.w * sc);
-  }
+  for (int j = 0; j < kBatch; ++j)
+    if (warp + j * warps < KB) stage_block_act8<VEC>(warp + j * warps, v[j], m[j], chunks, xs4);
 }
 
 // acc plus column d of token t's K expert rows, rows[row_of_slot[t * K + j]], added in slot order: moe_combine's
