@@ -397,16 +397,6 @@ void bench_attention(const std::string& model, int H, int S, int count, int ctx,
   // is what the bf16 ceiling is held against.
   const double us_mma = time_us([&](int) { MOESERVE_CUDA_CHECK(cuda::sparse_attention_mma(bt.b, a, st)); }, count > 64 ? 2 : 20);
   report("attention bf16x3 mma (" + kind + ")", shape, us_mma, bytes, flops * 3.75, kBf16, false);
-  if (count != 1 || a.splits == 1) return;
-  // A decode token's splits added by the kernels themselves (AttentionArgs::split_counters; opt-in in the engine,
-  // MOESERVE_ATTN_LAST_COMBINE=1): the same work without the combine launch.
-  cuda::DeviceArray<uint32_t> counters(cuda::attention_counters(T, H), "split counters");
-  counters.fill_bytes(0, st);
-  a.split_counters = counters.data();
-  const double us_in = time_us([&](int) { MOESERVE_CUDA_CHECK(cuda::sparse_attention(bt.b, a, st)); }, 20);
-  report("attention fp32, splits added inside (" + kind + ")", shape, us_in, bytes, flops, kFp32, false);
-  const double us_mma_in = time_us([&](int) { MOESERVE_CUDA_CHECK(cuda::sparse_attention_mma(bt.b, a, st)); }, 20);
-  report("attention bf16x3 mma, splits added inside (" + kind + ")", shape, us_mma_in, bytes, flops * 3.75, kBf16, false);
 }
 
 void bench_indexer(const std::string& model, int S, int count, int ctx, int k) {
@@ -486,15 +476,11 @@ void bench_small_ops(const std::string& model, int D, int T) {
   cuda::DeviceArray<int> ids(size_t(T), "ids"), chosen(size_t(TK), "c"), groups(size_t(3 * E + 1), "g"),
       ros(size_t(TK), "r"), tor(size_t(TK), "t");
   ids.fill_bytes(0);
-  for (cuda::RouteTopK topk : {cuda::RouteTopK::Shuffle, cuda::RouteTopK::Redux}) {  // redux: opt-in, A/B row
-    us = time_us([&](int) {
-      MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0,
-                                          static_cast<float*>(bias.data()), nullptr, ids.data(), true, 1.5f,
-                                          chosen.data(), static_cast<float*>(wts.data()), st, topk));
-    }, T > 64 ? 3 : 20);
-    report(topk == cuda::RouteTopK::Redux ? "moe_route redux top-k" : "moe_route (sqrtsoftplus top-6)", sh, us,
-           double(T) * E * 4 + E * 4.0 + TK * 8.0, double(T) * E * 20, kFp32, dec);
-  }
+  us = time_us([&](int) {
+    MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0, static_cast<float*>(bias.data()),
+                                        nullptr, ids.data(), true, 1.5f, chosen.data(), static_cast<float*>(wts.data()), st));
+  }, T > 64 ? 3 : 20);
+  report("moe_route (sqrtsoftplus top-6)", sh, us, double(T) * E * 4 + E * 4.0 + TK * 8.0, double(T) * E * 20, kFp32, dec);
   int* ge = groups.data();
   us = time_us([&](int) {
     MOESERVE_CUDA_CHECK(cuda::moe_group(chosen.data(), static_cast<float*>(wts.data()), T, K, E, nullptr, ge, ge + E,

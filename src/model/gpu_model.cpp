@@ -120,8 +120,6 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
     shared_after_glue_ = v == "glue";
     shared_on_main_ = v == "main";
   }
-  if (const char* e = std::getenv("MOESERVE_ATTN_LAST_COMBINE"); e && std::string(e) == "1") attn_last_combine_ = true;
-  if (const char* e = std::getenv("MOESERVE_GEMV_NORM"); e && std::string(e) == "1") gemv_norm_ = true;
   if (const char* e = std::getenv("MOESERVE_MOE_ONE_LAUNCH")) {
     const std::string v = e;
     check(v == "0" || v == "1" || v == "shared", "MOESERVE_MOE_ONE_LAUNCH='{}': expected 0, 1 or shared", v);
@@ -262,11 +260,6 @@ void GpuModel::ensure_workspace(const Plan& p) {
   o_ = f(15, T * H * hd);
   grouped_ = f(16, T * size_t(c.o_groups * c.o_lora_rank));
   attn_partial_ = f(17, cuda::attention_workspace_floats(int(T), int(H), int(hd), attn_splits_max_));
-  if (attn_last_combine_ && attn_counters_.size() < cuda::attention_counters(int(T), int(H))) {
-    attn_counters_ = cuda::DeviceArray<uint32_t>(cuda::attention_counters(int(T), int(H)), "attention split counters");
-    attn_counters_.fill_bytes(0, stream());  // ordered before the attention kernels on this stream
-    ++generation_;                           // graphs captured with the old array are stale
-  }
   gate_logits_ = f(18, T * E);
   chosen_ = i(19, TK);
   route_w_ = f(20, TK);
@@ -449,9 +442,8 @@ void GpuModel::lt_check(const GemmView& v, const float* x, int M, int ldx, const
 }
 
 void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
-                      bool fp32_input, const float* norm_w, float norm_eps) {
+                      bool fp32_input) {
   if (M == 0 || v.N == 0) return;
-  check(!norm_w || M == 1, "linear: a norm of the input is for one row, got {} rows", M);
   cudaStream_t st = cur();
   const bool sim = act_quant && v.act_quant && options_.numerics.act_fp8;
   const int K = v.K;
@@ -538,18 +530,6 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
   if (cur_) a.leave_sms = cuda::device_info().multiprocessors / 4;
   // The FP8 activation simulation rides on the skinny GEMM's loads where it can (no copy, no launch).
   a.act_fp8 = sim && cuda::gemv_fuses_act_fp8(a);
-  // The input's RMSNorm too, where the GEMV can take it; elsewhere rms_norm's own launch, into this stream's
-  // scratch, first.
-  a.norm_w = norm_w;
-  a.norm_eps = norm_eps;
-  if (norm_w && !cuda::gemv_fuses_norm(a)) {
-    auto* xn = static_cast<float*>(bufs_[150 + cur_side()].get(size_t(K) * 4, &generation_));
-    MOESERVE_CUDA_CHECK(cuda::rms_norm(x, 1, K, ldx, norm_w, norm_eps, xn, K, st));
-    x = a.x = xn;
-    ldx = a.ldx = K;
-    a.norm_w = nullptr;
-    a.act_fp8 = sim && cuda::gemv_fuses_act_fp8(a);
-  }
   if (sim && !a.act_fp8) input(&a.x, &a.ldx);
   MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
   if (M > kSkinnyRows && !sim) lt_done();
@@ -579,14 +559,11 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   // low-priority blocks do not hold the SMs it waits for.
   const bool par = branches(T);
   const bool kv_main = par && !icomp;
-  // Opt-in (MOESERVE_GEMV_NORM=1, until measured): without an indexer (which reads the normed qr_ too), a one-token
-  // step's q_norm rides on wq_b's GEMV, one launch fewer on the critical path.
-  const bool norm_in_wq_b = gemv_norm_ && T == 1 && !icomp;
   auto query = [&] {  // wq_a, q_norm, wq_b and the rope (with an indexer: wq_b and the rope on side 2)
     linear(L.wq_a.view(), x, T, D, qr_, ql, true);
-    if (!norm_in_wq_b) MOESERVE_CUDA_CHECK(cuda::rms_norm(qr_, T, ql, ql, L.q_norm.data(), eps, qr_, ql, cur()));
+    MOESERVE_CUDA_CHECK(cuda::rms_norm(qr_, T, ql, ql, L.q_norm.data(), eps, qr_, ql, cur()));
     if (par && icomp) fork(2);
-    linear(L.wq_b.view(), qr_, T, ql, q_, H * hd, true, false, norm_in_wq_b ? L.q_norm.data() : nullptr, eps);
+    linear(L.wq_b.view(), qr_, T, ql, q_, H * hd, true);
     MOESERVE_CUDA_CHECK(cuda::rope(q_, T, H, hd, H * hd, rd, b.tok_pos, inv, rscale, false, eps, cur()));
   };
   if (kv_main) {
@@ -713,7 +690,6 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   aa.o = o_;
   aa.partial = attn_partial_;
   aa.splits = std::min(attn_splits_max_, cuda::attention_splits(T, H, max_keys));
-  if (attn_last_combine_) aa.split_counters = attn_counters_.data();
   aa.keys_bf16_nope = num.kv_fp8;
   MOESERVE_CUDA_CHECK(cuda::sparse_attention(b, aa, st));
   // The window ring only has to hold this step's kv before the layer's next step: its store runs beside the

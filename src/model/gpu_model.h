@@ -107,10 +107,8 @@ class GpuModel {
                  const std::function<void()>& after_glue = {});
   // fp32_input: the reference (or the CPU engine) computes this linear on an fp32 input (router gate,
   // compressors, indexer weights, head, wo_a): past 8 rows its BF16 GEMM takes x as bf16 terms (bf16_terms_).
-  // norm_w (one row): the linear of rms_norm(x, norm_w, norm_eps) instead of x, the norm inside the GEMV where it
-  // can (cuda::gemv_fuses_norm), else rms_norm's launch first.
   void linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
-              bool fp32_input = false, const float* norm_w = nullptr, float norm_eps = 0.0f);
+              bool fp32_input = false);
   void lt_check(const GemmView& v, const float* x, int M, int ldx, const float* y, int ldy, cudaStream_t st);
   float* tmp_f32(size_t n);
   cuda::BatchDesc batch_desc(const Plan& p) const;
@@ -156,12 +154,7 @@ class GpuModel {
   // FP8 experts at one token in one launch (MOESERVE_MOE_ONE_LAUNCH=1, =shared with the shared expert as one
   // more slot of it): off by default, see GpuModel::moe.
   bool one_launch_experts_ = false;
-  bool gemv_norm_ = false;  // MOESERVE_GEMV_NORM=1: a one-token step's q_norm inside wq_b's GEMV (opt-in)
   bool one_launch_shared_ = false;
-  // MOESERVE_ATTN_LAST_COMBINE=1: the attention kernels add their key splits themselves (no combine launch; opt-in
-  // until measured), with these counters (AttentionArgs::split_counters).
-  bool attn_last_combine_ = false;
-  cuda::DeviceArray<uint32_t> attn_counters_;
   cuda::DeviceArray<uint32_t> moe_barrier_;  // its grid barrier (the MoE runs on the main stream only)
   // MOESERVE_W4A8_DECODE_CONFIGS=W13:W2 (config names, kernels/cuda/moe_w4a8.h): the decode chain's GEMM configs
   // instead of the dispatch table's (A/B runs); -1: the table.

@@ -107,29 +107,10 @@ __device__ __forceinline__ void add_values(float4 (&o)[HPW][NCW], const float (&
   }
 }
 
-// The last-arriving split's block of a (token, head block) combines its HB heads' splits (a.split_counters, from
-// index 2): each block's partial stores are fenced before its arrival; the last one leaves the counter at zero for
-// the next call.
-__device__ __forceinline__ void combine_if_last(const BatchDesc& b, const AttentionArgs& a, int t, int h0, int HB) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned* counter = a.split_counters + 2 + size_t(t) * (a.H / HB) + h0 / HB;
-    last = atomicAdd(counter, 1u) == unsigned(a.splits) - 1;
-    if (last) *counter = 0;  // every split has arrived: nobody else touches it in this call
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  combine_split_rows(b, a, t * a.H + h0, t * a.H + h0 + HB);
-}
-
 // DS: warps per head group, each taking 1/DS of head_dim (its share of every score, added in order through
 // shared memory, and of the output columns): twice the warps in flight for a decode token, whose blocks are few
-// and whose warps' chains of shared-memory reads are the time. LAST: the last split's block adds the splits
-// (a.split_counters; a template parameter, so that the other launches keep the registers they had without it).
-template <int HPW, int NC, int DS, bool LAST>
+// and whose warps' chains of shared-memory reads are the time.
+template <int HPW, int NC, int DS>
 __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b, AttentionArgs a) {
   dev::pdl_begin();
   constexpr int HB = kWarps * HPW;
@@ -289,7 +270,6 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
       if (d4 < hd4) *reinterpret_cast<float4*>(dst + 4 + 4 * d4) = o[h][c];
     }
   }
-  if constexpr (LAST) combine_if_last(b, a, t, h0, HB);
 }
 
 // One block of 4 warps per (token, head): warp w combines splits w, w + 4, ..., reading up to kBatch of them at
@@ -394,21 +374,16 @@ cudaError_t launch(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stre
   const bool split_dim = DS == 2 && (a.hd / 4) % 2 == 0;
   static bool configured = false;
   if (!configured) {
-    for (auto kernel : {attention_kernel<HPW, NC, DS, false>, attention_kernel<HPW, NC, 1, false>,
-                        attention_kernel<HPW, NC, DS, true>, attention_kernel<HPW, NC, 1, true>})
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    cudaFuncSetAttribute(attention_kernel<HPW, NC, DS>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    cudaFuncSetAttribute(attention_kernel<HPW, NC, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
     configured = true;
   }
-  const dim3 grid(b.T, a.H / HB, a.splits);
-  const bool last = a.splits > 1 && a.split_counters;
+  dim3 grid(b.T, a.H / HB, a.splits);
   if (split_dim)
-    dev::launch(last ? attention_kernel<HPW, NC, DS, true> : attention_kernel<HPW, NC, DS, false>, grid,
-                dim3(kWarps * 32 * DS), smem, stream, b, a);
+    dev::launch(attention_kernel<HPW, NC, DS>, dim3(grid), dim3(kWarps * 32 * DS), smem, stream, b, a);
   else
-    dev::launch(last ? attention_kernel<HPW, NC, 1, true> : attention_kernel<HPW, NC, 1, false>, grid,
-                dim3(kWarps * 32), smem, stream, b, a);
-  // combine_kernel<NC, kBatch> (NC from hd as launch_nc picks it), unless the last split's blocks combine
-  if (a.splits > 1 && !last) attention_combine(b, a, stream);
+    dev::launch(attention_kernel<HPW, NC, 1>, dim3(grid), dim3(kWarps * 32), smem, stream, b, a);
+  if (a.splits > 1) attention_combine(b, a, stream);  // combine_kernel<NC, kBatch>: NC from hd as launch_nc picks it
   return cudaGetLastError();
 }
 
@@ -446,8 +421,6 @@ static int min_split_keys() {
   }();
   return n;
 }
-
-size_t attention_counters(int T, int H) { return 2 + size_t(T) * size_t(H / kWarps); }  // head blocks of >= 4 heads
 
 int attention_splits(int T, int H, int max_keys) {
   const int hb = kWarps * heads_per_warp(H, T, max_keys);

@@ -311,9 +311,6 @@ __device__ __forceinline__ void attend(const Block& k, int hg, int part, int h0)
   }
 }
 
-// LAST: the blocks add the splits themselves after a grid barrier (a.split_counters; a template parameter, so that
-// the plain launch keeps the registers it had without it).
-template <bool LAST>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_mma_kernel(const __grid_constant__ BatchDesc b, const __grid_constant__ AttentionArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -372,13 +369,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   // Warps w and w + 4 share a scheduler: the same part of both head groups (the same code and tensor work).
   attend(k, warp >> 2, warp & 3, h0);
-  if constexpr (LAST) {  // every block's partials, then each block combines a share of the rows
-    grid_barrier(a.split_counters);        // all resident: sparse_attention_mma keeps the grid to one wave
-    const int blocks = int(gridDim.x * gridDim.y * gridDim.z);
-    const int id = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-    const int rows = b.T * a.H, per = (rows + blocks - 1) / blocks;
-    combine_split_rows(b, a, min(rows, id * per), min(rows, (id + 1) * per));
-  }
 }
 
 }  // namespace
@@ -390,24 +380,17 @@ bool sparse_attention_mma_fits(int H, int hd, int rope_dim, int max_keys) {
 cudaError_t sparse_attention_mma(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream) {
   if (b.T == 0) return cudaSuccess;
   if (!sparse_attention_mma_fits(a.H, a.hd, a.rope_dim, a.max_keys)) return cudaErrorInvalidValue;
-  static const cudaError_t configured = [] {
-    for (auto kernel : {attention_mma_kernel<false>, attention_mma_kernel<true>})
-      if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     int(kSmemBytes));
-          e != cudaSuccess)
-        return e;
-    return cudaSuccess;
-  }();
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(attention_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
   if (configured != cudaSuccess) return configured;
   if (a.splits < 1 || (a.splits > 1 && !a.partial)) return cudaErrorInvalidValue;
   // At most a.splits (the workspace's), and no more blocks than one wave at one block per multiprocessor: a second
   // wave costs more than the splits save (T = 64 at the splits attention_splits picks: 167 against 120 us).
   AttentionArgs m = a;
   m.splits = std::max(1, std::min(a.splits, dev::sm_count() / (b.T * (a.H / kHeads))));
-  const bool last = m.splits > 1 && m.split_counters;
-  const cudaError_t err = dev::launch(last ? attention_mma_kernel<true> : attention_mma_kernel<false>,
-                                      dim3(b.T, a.H / kHeads, m.splits), dim3(kThreads), kSmemBytes, stream, b, m);
-  return err != cudaSuccess || m.splits == 1 || last ? err : attention_combine(b, m, stream);
+  const cudaError_t err =
+      dev::launch(attention_mma_kernel, dim3(b.T, a.H / kHeads, m.splits), dim3(kThreads), kSmemBytes, stream, b, m);
+  return err != cudaSuccess || m.splits == 1 ? err : attention_combine(b, m, stream);
 }
 
 }  // namespace moeserve::cuda

@@ -247,23 +247,18 @@ __device__ __forceinline__ void for_x_blocks(const float* x, int K, Emit emit) {
 // block's exact reciprocal: with a division per value and a block at a time it cost a one-row GEMV of K = 4096 on
 // the H200 ~1.2 us more than the plain copy, and 4.1 us at K = 16384 (bench_gpu_ops linear, the `gemv fp8 act8`
 // rows). Every thread of the block takes part; the caller synchronizes before reading. L2: as for_x_blocks.
-// This lane's float4 of x's 128-value block b (amax: the block's largest magnitude) through the FP8 simulation, into
-// stage_x_interleaved's layout.
-template <int VEC>
-__device__ __forceinline__ void stage_block_act8(int b, float4 v, float amax, int chunks, float4* xs4) {
-  constexpr int NJ = VEC / 4;  // float4s per chunk
-  const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
-  const float4 q = fp8_round4(v, 1.0f / s);
-  const int f = b * 32 + int(threadIdx.x & 31);  // float4 index in x
-  xs4[(f % NJ) * chunks + f / NJ] = make_float4(q.x * s, q.y * s, q.z * s, q.w * s);
-}
-
 template <int VEC, bool ACT8, bool L2 = false>
 __device__ __forceinline__ void stage_x_interleaved(const float* x, int K, float4* xs4) {
   constexpr int NJ = VEC / 4;  // float4s per chunk
-  const int chunks = K / VEC;
+  const int chunks = K / VEC, lane = threadIdx.x & 31;
   if constexpr (ACT8) {
-    for_x_blocks<L2>(x, K, [&](int b, float4 v, float amax) { stage_block_act8<VEC>(b, v, amax, chunks, xs4); });
+    for_x_blocks<L2>(x, K, [&](int b, float4 v, float amax) {
+      const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
+      const float4 q = fp8_round4(v, 1.0f / s);
+      v = make_float4(q.x * s, q.y * s, q.z * s, q.w * s);
+      const int f = b * 32 + lane;  // float4 index in x
+      xs4[(f % NJ) * chunks + f / NJ] = v;
+    });
   } else {
     for (int f = threadIdx.x; f < K / 4; f += blockDim.x) {
       const float4* x4 = reinterpret_cast<const float4*>(x) + f;
@@ -272,84 +267,12 @@ __device__ __forceinline__ void stage_x_interleaved(const float* x, int K, float
   }
 }
 
-// stage_x_interleaved<VEC, true> of x's weighted RMSNorm, in one memory round: thread (warp w, lane l) loads the
-// float4s l of x's 128-value blocks w, w + W, w + 2W, w + 3W (W = blockDim / 32 warps: K <= 512 W), as for_x_blocks
-// does; nw: the norm weights of the same float4s (loaded by the caller, before pdl_wait). The squares are summed in
-// double per thread (its float4s in order, x then y, z, w), by warp_sum, then over the warps in order (red: W
-// doubles of shared memory); scale = float(1 / sqrt(total / K + eps)); x * scale * w; then the FP8 simulation per
-// 128 values and the interleaved store. The same arithmetic as gemv_normed_x (tests), not rms_norm's order. Every
-// thread takes part; the caller synchronizes before reading xs4.
-template <int VEC>
-__device__ __forceinline__ void stage_x_normed_act8(const float* x, int K, float4* xs4, const float4 (&nw)[4],
-                                                    float eps, double* red) {
-  constexpr int kBatch = 4;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = int(blockDim.x >> 5), KB = K / 128;
-  const int chunks = K / VEC;
-  const float4* x4 = reinterpret_cast<const float4*>(x);
-  float4 v[kBatch];
-#pragma unroll
-  for (int j = 0; j < kBatch; ++j) {
-    const int b = warp + j * warps;
-    v[j] = b < KB ? x4[b * 32 + lane] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-  double ss = 0;
-#pragma unroll
-  for (int j = 0; j < kBatch; ++j) {
-    ss = __fma_rn(double(v[j].x), double(v[j].x), ss);
-    ss = __fma_rn(double(v[j].y), double(v[j].y), ss);
-    ss = __fma_rn(double(v[j].z), double(v[j].z), ss);
-    ss = __fma_rn(double(v[j].w), double(v[j].w), ss);
-  }
-  ss = warp_sum(ss);
-  if (lane == 0) red[warp] = ss;
-  __syncthreads();
-  double total = 0;
-  for (int w = 0; w < warps; ++w) total += red[w];
-  const float s = float(1.0 / sqrt(total / double(K) + double(eps)));
-  float m[kBatch];
-#pragma unroll
-  for (int j = 0; j < kBatch; ++j) {
-    v[j] = make_float4(v[j].x * s * nw[j].x, v[j].y * s * nw[j].y, v[j].z * s * nw[j].z, v[j].w * s * nw[j].w);
-    m[j] = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) m[j] = fmaxf(m[j], __shfl_xor_sync(0xffffffffu, m[j], o));
-#pragma unroll
-  for (int j = 0; j < kBatch; ++j)
-    if (warp + j * warps < KB) stage_block_act8<VEC>(warp + j * warps, v[j], m[j], chunks, xs4);
-}
-
 // acc plus column d of token t's K expert rows, rows[row_of_slot[t * K + j]], added in slot order: moe_combine's
 // sum, also folded into hc_post_mix (the same order keeps the two bit for bit).
 __device__ __forceinline__ float add_expert_rows(float acc, const float* rows, const int* row_of_slot, int t, int K,
                                                  int D, int d) {
   for (int j = 0; j < K; ++j) acc += rows[size_t(row_of_slot[t * K + j]) * D + d];
   return acc;
-}
-
-// Grid-wide barrier of a kernel whose blocks are all resident. bar[0] counts arrivals; the last one resets it
-// (for the next launch) and advances the generation bar[1], which the others watch. Every block reads the
-// generation before it arrives, so none can miss the advance.
-__device__ inline void grid_barrier(unsigned* bar) {
-  __syncthreads();  // this block's writes before thread 0's fence
-  if (threadIdx.x == 0) {
-    unsigned gen, now;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(gen) : "l"(bar + 1) : "memory");
-    __threadfence();
-    if (atomicAdd(bar, 1u) == gridDim.x * gridDim.y * gridDim.z - 1) {
-      atomicExch(bar, 0u);
-      __threadfence();
-      asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 1), "r"(gen + 1) : "memory");
-    } else {
-      do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(bar + 1) : "memory");
-      } while (now == gen);
-    }
-    __threadfence();
-  }
-  __syncthreads();
 }
 
 // Asks L2 to fetch [p, p + bytes) (16-byte aligned, a multiple of 16 bytes) without waiting for it.

@@ -237,28 +237,17 @@ bool gemv_fuses_act_fp8(const GemvArgs& a) {
   return one_row && a.K % 128 == 0 && vectorized(a);
 }
 
-// MOESERVE_GEMV_STREAM=0 keeps one-row FP8 GEMVs on the one-pass kernel (A/B runs).
-static bool stream_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOESERVE_GEMV_STREAM");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
-}
-
-// The norm's own conditions (one dense row, act_fp8, K, alignment) are gemv_stream_fits'.
-bool gemv_fuses_norm(const GemvArgs& a) {
-  return a.norm_w && !gemv_small_preferred(a) && stream_on() && gemv_stream_preferred(a);
-}
-
 cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   if (a.N == 0 || a.problems == 0 || (!a.group_count && a.M == 0)) return cudaSuccess;
   if (a.act_fp8 && !gemv_fuses_act_fp8(a)) return cudaErrorInvalidValue;
-  if (a.norm_w && !gemv_fuses_norm(a)) return cudaErrorInvalidValue;
   // One row over a small BF16 matrix: the bulk-copy kernel where it measured faster (gemv_small_preferred); over
-  // other FP8 weights: the streaming kernel.
+  // other FP8 weights: the streaming kernel (MOESERVE_GEMV_STREAM=0 keeps this one-pass kernel, for A/B runs).
   if (gemv_small_preferred(a)) return gemv_small(a, stream);
-  if (stream_on() && gemv_stream_preferred(a)) return gemv_stream(a, stream);
+  static const bool stream_on = [] {
+    const char* e = std::getenv("MOESERVE_GEMV_STREAM");
+    return !(e && std::string(e) == "0");
+  }();
+  if (stream_on && gemv_stream_preferred(a)) return gemv_stream(a, stream);
   const bool fp8 = a.wtype == WeightType::FP8;
   const int vec = fp8 ? 16 : 8;
   const bool vector = vectorized(a);

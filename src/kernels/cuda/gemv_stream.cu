@@ -25,9 +25,7 @@ constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRowsU = kStreamRows;  // weight rows per unit (one warp)
 constexpr int kIt = kStreamIt;       // 16-byte loads per lane, row and unit
 
-// NORM (with ACT8): x's RMSNorm in the staging (a.norm_w): a template parameter, so that the other launches keep
-// the code and registers they had without it.
-template <bool FP8, bool ACT8, bool NORM = false>
+template <bool FP8, bool ACT8>
 __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, int WQ) {
   constexpr int VEC = FP8 ? 16 : 8;           // weights per 16-byte load
   constexpr int kBytes = FP8 ? 1 : 2;
@@ -70,14 +68,6 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
   int q = blockIdx.x * teams + team, ks = wi, parity = 0;
   Unit cur, nxt;
   if (!grouped && q < quads) load(q, ks, cur);
-  float4 nw[4];  // the norm's weights (a.norm_w, ACT8 only), in stage_x_normed_act8's layout: before the wait
-  if constexpr (NORM)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int b = warp + j * kWarps;
-      nw[j] = b < K / 128 ? __ldg(reinterpret_cast<const float4*>(a.norm_w) + b * 32 + lane)
-                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
   pdl_wait();
   // Dense problems let the next kernel launch now. Groups (a decode step's experts) let it launch as their blocks
   // finish, which measured faster on the routed MoE at one token; for the dense GEMVs of a layer, releasing late
@@ -94,14 +84,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
     if (q < quads) load(q, ks, cur);
   }
 
-  // Stage x (the FP8 activation simulation per 128 values first, fp8_block_sim's arithmetic; its RMSNorm before
-  // that where asked).
-  if constexpr (NORM) {
-    __shared__ double red_norm[kWarps];
-    stage_x_normed_act8<VEC>(x, K, xs4, nw, a.norm_eps, red_norm);
-  } else {
-    stage_x_interleaved<VEC, ACT8>(x, K, xs4);
-  }
+  // Stage x (the FP8 activation simulation per 128 values first, fp8_block_sim's arithmetic).
+  stage_x_interleaved<VEC, ACT8>(x, K, xs4);
   __syncthreads();
 
   // One accumulator per row and load slot: a lane's sums are chains of at most VEC + K / (32 * VEC * kIt) + 1
@@ -150,10 +134,10 @@ int gemv_stream_blocks_per_sm() {
   return n;
 }
 
-template <bool FP8, bool ACT8, bool NORM = false>
+template <bool FP8, bool ACT8>
 cudaError_t launch_stream(const GemvArgs& a, cudaStream_t stream) {
   static const bool configured = [] {
-    cudaFuncSetAttribute(gemv_stream_kernel<FP8, ACT8, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(gemv_stream_kernel<FP8, ACT8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          kGemvStreamMaxK * 4);
     return true;
   }();
@@ -170,7 +154,7 @@ cudaError_t launch_stream(const GemvArgs& a, cudaStream_t stream) {
   const int blocks = std::max(a.problems, per_sm * sm_count() - std::max(0, a.leave_sms));
   const int per_problem = std::max(1, (blocks + a.problems - 1) / a.problems);
   const dim3 grid(std::min(blocks_wanted, per_problem), a.problems);
-  return dev::launch(gemv_stream_kernel<FP8, ACT8, NORM>, grid, dim3(kThreads), size_t(a.K) * 4, stream, a, wq);
+  return dev::launch(gemv_stream_kernel<FP8, ACT8>, grid, dim3(kThreads), size_t(a.K) * 4, stream, a, wq);
 }
 
 }  // namespace
@@ -183,8 +167,6 @@ bool gemv_stream_fits(const GemvArgs& a) {
                                      : a.M == 1 && a.x_stride % 4 == 0;
   return one_row && a.K > 0 && a.K <= kGemvStreamMaxK && a.K % vec == 0 &&
          (!fp8 || a.K % 128 == 0 || a.scale_ld > 0) && (!a.act_fp8 || a.K % 128 == 0) &&
-         (!a.norm_w || (!a.group_count && a.act_fp8 && a.K <= 512 * kWarps &&
-                        reinterpret_cast<uintptr_t>(a.norm_w) % 16 == 0)) &&
          reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && (a.w_stride * (fp8 ? 1 : 2)) % 16 == 0;
 }
@@ -199,7 +181,6 @@ cudaError_t gemv_stream(const GemvArgs& a, cudaStream_t stream) {
   if (!gemv_stream_fits(a)) return cudaErrorInvalidValue;
   if (a.N == 0 || a.problems == 0) return cudaSuccess;
   const bool fp8 = a.wtype == WeightType::FP8;
-  if (a.norm_w) return fp8 ? launch_stream<true, true, true>(a, stream) : cudaErrorInvalidValue;  // fits: act_fp8
   if (a.act_fp8) return fp8 ? launch_stream<true, true>(a, stream) : launch_stream<false, true>(a, stream);
   return fp8 ? launch_stream<true, false>(a, stream) : launch_stream<false, false>(a, stream);
 }

@@ -1,9 +1,6 @@
 // MoE routing and grouping (kernels/cuda/ops.h; reference model/moe.cpp): the router's scores and expert
 // choice, the grouping of (token, slot) pairs into per-expert row ranges that the grouped GEMV consumes, and
 // the ordered combine. No host synchronisation: the active expert groups stay on the device.
-#include <cstdlib>
-#include <string>
-
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/route.cuh"
@@ -19,7 +16,7 @@ constexpr int kMaxExperts = 1024;
 
 // One warp per token (route.cuh); a decode step routes one token: this warp is the whole kernel. The bias is a
 // weight, read before pdl_wait.
-template <int EPL, bool REDUX>
+template <int EPL>
 __global__ void route_kernel(const float* logits, int T, int E, int K, int func, const float* bias,
                              const int* tid2eid, const int* token_ids, bool norm_topk, float route_scale, int* chosen,
                              float* weight) {
@@ -32,7 +29,7 @@ __global__ void route_kernel(const float* logits, int T, int E, int K, int func,
   if (t >= T) return;
   int pick[8];
   float w[8];
-  route_token<EPL, REDUX>(logits + size_t(t) * E, E, K, func, bv, tid2eid ? tid2eid + size_t(token_ids[t]) * K : nullptr,
+  route_token<EPL>(logits + size_t(t) * E, E, K, func, bv, tid2eid ? tid2eid + size_t(token_ids[t]) * K : nullptr,
                    norm_topk, route_scale, sm + warp * E, pick, w);
   if (lane == 0)
     for (int k = 0; k < K; ++k) {
@@ -106,27 +103,15 @@ __global__ void combine_kernel(const float* y, int D, const int* row_of_slot, in
 
 }  // namespace
 
-// The top-k's warp argmax by redux.sync by default? MOESERVE_ROUTE_REDUX=1 (opt-in until measured on the H200).
-bool route_topk_redux(RouteTopK topk) {
-  static const bool by_default = [] {
-    const char* e = std::getenv("MOESERVE_ROUTE_REDUX");
-    return e && std::string(e) == "1";
-  }();
-  return topk == RouteTopK::Redux || (topk == RouteTopK::Default && by_default);
-}
-
 cudaError_t moe_route(const float* logits, int T, int E, int K, int func, const float* bias, const int* tid2eid,
                       const int* token_ids, bool norm_topk, float route_scale, int* chosen, float* weight,
-                      cudaStream_t stream, RouteTopK topk) {
+                      cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   if (K > 8 || E > kMaxExperts || (!tid2eid && !bias)) return cudaErrorInvalidValue;
-  const bool redux = route_topk_redux(topk);
   return dev::with_experts_per_lane<32>(E, [&](auto epl) {
-    constexpr int EPL = decltype(epl)::value;
-    auto kernel = redux ? route_kernel<EPL, true> : route_kernel<EPL, false>;
-    return dev::launch(kernel, dim3((T + kRouteWarps - 1) / kRouteWarps), dim3(kRouteWarps * 32),
-                       kRouteWarps * E * sizeof(float), stream, logits, T, E, K, func, bias, tid2eid, token_ids,
-                       norm_topk, route_scale, chosen, weight);
+    return dev::launch(route_kernel<decltype(epl)::value>, dim3((T + kRouteWarps - 1) / kRouteWarps),
+                       dim3(kRouteWarps * 32), kRouteWarps * E * sizeof(float), stream, logits, T, E, K, func, bias,
+                       tid2eid, token_ids, norm_topk, route_scale, chosen, weight);
   });
 }
 

@@ -25,6 +25,29 @@ constexpr int kUnitK = 32 * kVec * kStreamIt;       // weights of a row per unit
 constexpr int kMaxSlots = 16;
 constexpr int kMaxDim = 16384;                      // D and I: x and act rows are staged in shared memory
 
+// Grid-wide barrier of a kernel whose blocks are all resident. bar[0] counts arrivals; the last one resets it
+// (for the next launch) and advances the generation bar[1], which the others watch. Every block reads the
+// generation before it arrives, so none can miss the advance.
+__device__ void grid_barrier(unsigned* bar) {
+  __syncthreads();  // this block's writes before thread 0's fence
+  if (threadIdx.x == 0) {
+    unsigned gen, now;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(gen) : "l"(bar + 1) : "memory");
+    __threadfence();
+    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+      atomicExch(bar, 0u);
+      __threadfence();
+      asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 1), "r"(gen + 1) : "memory");
+    } else {
+      do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(bar + 1) : "memory");
+      } while (now == gen);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
 // The four rows' starts and scale rows of one quad of slot k: expert chosen[k] of the routed stack, or the shared
 // expert (k == K). Fields are picked one by one (a runtime choice between two parameter structs would copy them to
 // local memory).

@@ -18,8 +18,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cuda/ops.h"  // RouteTopK
-
 namespace moeserve::cuda {
 
 struct MoeW4A8Weights {
@@ -142,7 +140,6 @@ struct RouteLogits {
   float route_scale = 1.0f;
   int* chosen = nullptr;    // [T][K] out
   float* weight = nullptr;  // [T][K] out
-  RouteTopK topk = RouteTopK::Default;  // the top-k's warp argmax (ops.h moe_route): the same choice either way
 };
 int moe_route_logits_max_tokens();
 cudaError_t moe_route_logits_gather_quant_f32(const RouteLogits& r, const float* x, int D, int* counts, int* row_of_slot,

@@ -254,7 +254,7 @@ __global__ void route_gather_quant_kernel(const int* topk_ids, int S, int E, con
 // ---- the router's choice + routing rows + gather + quantize in one launch (a decode step at batch <= 16) ----
 // Every block also routes every token itself (route.cuh, one warp per token) from the gate logits, into shared
 // memory, so that the route kernel's launch leaves the critical path; block 0 writes chosen and weights.
-template <int EPL, bool REDUX>
+template <int EPL>
 __global__ void __launch_bounds__(1024)
     route_logits_gather_quant_kernel(RouteLogits r, const float* x, int D, int* counts, int* row_of_slot,
                                      int* slot_of_row, uint8_t* a, float* sa, int sa_ld) {
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(1024)
   for (int t = warp; t < r.T; t += warps) {
     int pick[8];
     float w[8];
-    dev::route_token<EPL, REDUX>(r.logits + size_t(t) * r.E, r.E, r.K, r.func, bv,
+    dev::route_token<EPL>(r.logits + size_t(t) * r.E, r.E, r.K, r.func, bv,
                           r.tid2eid ? r.tid2eid + size_t(r.token_ids[t]) * r.K : nullptr, r.norm_topk, r.route_scale,
                           scores + warp * r.E, pick, w);
     if (lane == 0)
@@ -426,12 +426,9 @@ cudaError_t moe_route_logits_gather_quant_f32(const RouteLogits& r, const float*
     return cudaErrorInvalidValue;
   const int threads = max(kMaxE, (D / 8 + 31) / 32 * 32);
   const size_t smem = size_t(min(threads / 32, kRouteLogitsMaxTokens)) * r.E * sizeof(float);  // routing warps
-  const bool redux = route_topk_redux(r.topk);
   return dev::with_experts_per_lane<kMaxE / 32>(r.E, [&](auto epl) {
-    constexpr int EPL = decltype(epl)::value;
-    auto kernel = redux ? route_logits_gather_quant_kernel<EPL, true> : route_logits_gather_quant_kernel<EPL, false>;
-    return dev::launch(kernel, dim3(S), dim3(threads), smem, stream, r, x, D, counts, row_of_slot, slot_of_row, a, sa,
-                       sa_ld);
+    return dev::launch(route_logits_gather_quant_kernel<decltype(epl)::value>, dim3(S), dim3(threads), smem, stream, r,
+                       x, D, counts, row_of_slot, slot_of_row, a, sa, sa_ld);
   });
 }
 

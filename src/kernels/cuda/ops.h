@@ -232,11 +232,6 @@ struct GemvArgs {
   // The streaming one-row kernel (gemv_stream.h) fills every SM with two persistent blocks; on a concurrent
   // branch it leaves this many SMs with one, so that the main stream's small kernels can start beside it.
   int leave_sms = 0;
-  // x's weighted RMSNorm (norm_w [K], norm_eps) applied as x is staged, before act_fp8, in one memory round: one
-  // launch fewer ahead of a one-row GEMV (q_norm before wq_b). Its own summation order (common.cuh
-  // stage_x_normed_act8), not rms_norm's. Needs gemv_fuses_norm(args).
-  const float* norm_w = nullptr;
-  float norm_eps = 0.0f;
 };
 // One row over FP8 weights (dense M == 1, or groups of one row) runs the streaming kernel (gemv_stream.h;
 // MOESERVE_GEMV_STREAM=0: not).
@@ -248,9 +243,6 @@ GemvArgs gemv_args_on_slices(int G, int N, int K, const float* x, float* y, int 
 // with more rows the per-load simulation costs more issue than the weight stream leaves), the vectorized path
 // (16-byte aligned rows) and K % 128 == 0.
 bool gemv_fuses_act_fp8(const GemvArgs& args);
-// Whether gemv applies GemvArgs::norm_w itself: one dense row (M == 1) on the streaming kernel (FP8 weights) with
-// act_fp8, K <= 4096, norm_w 16-byte aligned.
-bool gemv_fuses_norm(const GemvArgs& args);
 
 // ------------------------------------------------------------------------- compressor / indexer (kv.cu)
 // One compressor (model/attention.cpp compress_entry): for every token t whose block completes
@@ -328,15 +320,7 @@ struct AttentionArgs {
   // of 2 or more tokens, or over 512 or more keys, then take sparse_attention_mma (MOESERVE_ATTN_MMA_MIN_T=N: from
   // N tokens on).
   bool keys_bf16_nope = false;
-  // With splits > 1: the kernel adds the splits itself instead of a combine launch. attention_counters(T, H)
-  // counters, zero before their first use; the kernels leave them ready for the next call. The fp32 kernel: one per
-  // (token, head block) from index 2, the last split's block of each head block adds its heads' splits. The
-  // tensor-core kernel: a grid-wide barrier in [0, 2) (its one-wave grid is all resident), then every block adds a
-  // share of the rows. Null: the combine launch.
-  unsigned* split_counters = nullptr;
 };
-// The split counters sparse_attention may use at T tokens of H heads (AttentionArgs::split_counters).
-size_t attention_counters(int T, int H);
 int attention_splits(int T, int H, int max_keys);
 size_t attention_workspace_floats(int T, int H, int hd, int splits);
 cudaError_t sparse_attention(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream);
@@ -350,14 +334,10 @@ cudaError_t sparse_attention_mma(const BatchDesc& b, const AttentionArgs& a, cud
 // ------------------------------------------------------------------------------------------- MoE (moe.cu)
 // Router (model/moe.cpp): scores = act(logits) (func 0 sqrtsoftplus, 1 sigmoid, 2 softmax); experts =
 // tid2eid[token] (hash) or the top-k of scores + bias (ties to the lower id); weights = scores[chosen],
-// normalised (norm_topk), times route_scale. chosen/weight: [T, K]. topk: how each top-k round's warp argmax is
-// taken (the same choice either way): a shuffle tree of (score, expert) pairs, or two redux.sync; Default: the
-// shuffles unless MOESERVE_ROUTE_REDUX=1 (opt-in until measured in the layer).
-enum class RouteTopK { Default, Shuffle, Redux };
-bool route_topk_redux(RouteTopK topk);  // whether `topk` means the redux form (Default: MOESERVE_ROUTE_REDUX=1)
+// normalised (norm_topk), times route_scale. chosen/weight: [T, K].
 cudaError_t moe_route(const float* logits, int T, int E, int K, int func, const float* bias, const int* tid2eid,
                       const int* token_ids, bool norm_topk, float route_scale, int* chosen, float* weight,
-                      cudaStream_t stream, RouteTopK topk = RouteTopK::Default);
+                      cudaStream_t stream);
 // Grouped rows: counts per expert, active groups (expert, offset, count), num_groups, and for every slot
 // t * K + k its row (row_of_slot), each row's token and routing weight. work: moe_group_work_ints(E) ints.
 int moe_group_work_ints(int E);

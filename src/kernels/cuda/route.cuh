@@ -32,10 +32,8 @@ __device__ __forceinline__ unsigned route_key(float v) {
 
 // bias: this lane's biases (bv[i] for expert lane + 32 i; zeros with a hash table), read by the caller before
 // pdl_wait (a weight). hash_row: the token's K experts from tid2eid, or null. s: E floats of shared memory for
-// this warp. Every lane gets pick[0..K); lane 0 also gets weight[0..K). REDUX: each top-k round's warp argmax as two
-// redux.sync (the largest key, then the lowest expert holding it) instead of a 5-level shuffle tree of (score,
-// expert) pairs: the same choice.
-template <int EPL, bool REDUX = false>
+// this warp. Every lane gets pick[0..K); lane 0 also gets weight[0..K).
+template <int EPL>
 __device__ void route_token(const float* logits, int E, int K, int func, const float (&bv)[EPL], const int* hash_row,
                             bool norm_topk, float route_scale, float* s, int (&pick)[8], float (&weight)[8]) {
   const int lane = threadIdx.x & 31;
@@ -79,20 +77,11 @@ __device__ void route_token(const float* logits, int E, int K, int func, const f
           bi = e;
         }
       }
-      if constexpr (REDUX) {
-        const unsigned key = bi < E ? route_key(best) : 0u;  // 0: below every score's key (-inf's is 0x007fffff)
-        const unsigned top = __reduce_max_sync(0xffffffffu, key);
-        bi = int(__reduce_min_sync(0xffffffffu, key == top ? unsigned(bi) : 0xffffffffu));
-      }
-#pragma unroll
-      for (int o = 16; o > 0 && !REDUX; o >>= 1) {
-        const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ob > best || (ob == best && oi < bi)) {
-          best = ob;
-          bi = oi;
-        }
-      }
+      // The warp's argmax as two redux.sync: the largest key, then the lowest expert holding it (measured 0.4 us
+      // faster per routing launch and ~1 us per V4-Flash layer than a 5-level shuffle tree of (score, expert) pairs).
+      const unsigned key = bi < E ? route_key(best) : 0u;  // 0: below every score's key (-inf's is 0x007fffff)
+      const unsigned top = __reduce_max_sync(0xffffffffu, key);
+      bi = int(__reduce_min_sync(0xffffffffu, key == top ? unsigned(bi) : 0xffffffffu));
       pick[k] = bi;
       if (bi < E && (bi & 31) == lane) taken |= 1u << (bi >> 5);  // bi stays unset only if no score compares
     }

@@ -586,8 +586,7 @@ TEST(MoeW4A8Gpu, RouteGatherQuantFusedMatchesSeparate) {
 }
 
 // The router folded into the glue launch: chosen experts, weights, counts, rows, FP8 rows and scales equal
-// moe_route followed by moe_route_gather_quant_f32, bit for bit (scored top-k with a bias, and hash routing), with
-// either top-k form in the glue against moe_route's shuffles.
+// moe_route followed by moe_route_gather_quant_f32, bit for bit (scored top-k with a bias, and hash routing).
 TEST(MoeW4A8Gpu, RouteLogitsGatherQuantMatchesRouteThenGather) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(test_seed("route_logits"));
@@ -596,69 +595,66 @@ TEST(MoeW4A8Gpu, RouteLogitsGatherQuantMatchesRouteThenGather) {
     for (int D : {4096, 7168})
       for (int T : {1, 4, cuda::moe_route_logits_max_tokens()})
         for (int func : {0, 1, 2})
-          for (bool hash : {false, true})
-            for (cuda::RouteTopK form : {cuda::RouteTopK::Shuffle, cuda::RouteTopK::Redux}) {
-              if (hash && func != 0) continue;
-              const int S = T * topk, sa_ld = (S + 3) / 4 * 4;
-              std::normal_distribution<float> nd(0.0f, 2.0f);
-              std::vector<float> logits(size_t(T) * E), bias(E), xf(size_t(T) * D);
-              for (float& v : logits) v = nd(rng);
-              logits[size_t(E / 3)] = logits[size_t(E / 3) + 1];  // a tie
-              for (float& v : bias) v = nd(rng) * 0.05f;
-              for (float& v : xf) v = nd(rng);
-              std::vector<int> tid2eid(size_t(vocab) * topk), tok(T);
-              for (int v = 0; v < vocab; ++v) {
-                std::vector<int> perm(E);
-                std::iota(perm.begin(), perm.end(), 0);
-                std::shuffle(perm.begin(), perm.end(), rng);
-                std::copy(perm.begin(), perm.begin() + topk, tid2eid.begin() + size_t(v) * topk);
-              }
-              for (int& t : tok) t = int(rng() % vocab);
-              DevBuf<float> dl(logits), db(bias), dxf(xf), w1(S), w2(S);
-              DevBuf<int> dh(tid2eid), dtok(tok), ch1(S), ch2(S), c1(E), r1(S), s1(S), c2(E), r2(S), s2(S);
-              DevBuf<uint8_t> a1(size_t(S) * D), a2(size_t(S) * D);
-              DevBuf<float> sa1(size_t(D / 128) * sa_ld), sa2(size_t(D / 128) * sa_ld);
-              for (auto* b : {&ch1, &ch2, &c1, &r1, &s1, &c2, &r2, &s2}) b->poison();
-              for (auto* b : {&w1, &w2, &sa1, &sa2}) b->poison();
-              cuda::RouteLogits r;
-              r.logits = dl.p;
-              r.T = T;
-              r.E = E;
-              r.K = topk;
-              r.func = func;
-              r.bias = hash ? nullptr : db.p;
-              r.tid2eid = hash ? dh.p : nullptr;
-              r.token_ids = dtok.p;
-              r.norm_topk = func != 2;
-              r.route_scale = 2.5f;
-              r.topk = form;
-              ASSERT_EQ(cuda::moe_route(dl.p, T, E, topk, func, r.bias, r.tid2eid, dtok.p, r.norm_topk, r.route_scale,
-                                        ch1.p, w1.p, nullptr, cuda::RouteTopK::Shuffle),
-                        cudaSuccess);
-              ASSERT_EQ(cuda::moe_route_gather_quant_f32(ch1.p, T, topk, E, dxf.p, D, c1.p, r1.p, s1.p, a1.p, sa1.p, sa_ld,
-                                                         nullptr),
-                        cudaSuccess);
-              r.chosen = ch2.p;
-              r.weight = w2.p;
-              ASSERT_EQ(cuda::moe_route_logits_gather_quant_f32(r, dxf.p, D, c2.p, r2.p, s2.p, a2.p, sa2.p, sa_ld, nullptr),
-                        cudaSuccess);
-              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-              const std::string what = "E " + std::to_string(E) + " D " + std::to_string(D) + " T " + std::to_string(T) +
-                                       " func " + std::to_string(func) + (hash ? " hash" : "") +
-                                       (form == cuda::RouteTopK::Redux ? " redux" : "");
-              EXPECT_EQ(ch2.download(), ch1.download()) << what;
-              EXPECT_EQ(c2.download(), c1.download()) << what;
-              EXPECT_EQ(r2.download(), r1.download()) << what;
-              EXPECT_EQ(s2.download(), s1.download()) << what;
-              EXPECT_EQ(a2.download(), a1.download()) << what;
-              const std::vector<float> g1 = w1.download(), g2 = w2.download();
-              int64_t bad = 0;
-              for (size_t i = 0; i < g1.size(); ++i) bad += f32_to_bits(g1[i]) != f32_to_bits(g2[i]) || !std::isfinite(g1[i]);
-              const std::vector<float> q1 = sa1.download(), q2 = sa2.download();
-              for (size_t i = 0; i < q1.size(); ++i)
-                if (i % size_t(sa_ld) < size_t(S)) bad += f32_to_bits(q1[i]) != f32_to_bits(q2[i]);
-              EXPECT_EQ(bad, 0) << what;
+          for (bool hash : {false, true}) {
+            if (hash && func != 0) continue;
+            const int S = T * topk, sa_ld = (S + 3) / 4 * 4;
+            std::normal_distribution<float> nd(0.0f, 2.0f);
+            std::vector<float> logits(size_t(T) * E), bias(E), xf(size_t(T) * D);
+            for (float& v : logits) v = nd(rng);
+            logits[size_t(E / 3)] = logits[size_t(E / 3) + 1];  // a tie
+            for (float& v : bias) v = nd(rng) * 0.05f;
+            for (float& v : xf) v = nd(rng);
+            std::vector<int> tid2eid(size_t(vocab) * topk), tok(T);
+            for (int v = 0; v < vocab; ++v) {
+              std::vector<int> perm(E);
+              std::iota(perm.begin(), perm.end(), 0);
+              std::shuffle(perm.begin(), perm.end(), rng);
+              std::copy(perm.begin(), perm.begin() + topk, tid2eid.begin() + size_t(v) * topk);
             }
+            for (int& t : tok) t = int(rng() % vocab);
+            DevBuf<float> dl(logits), db(bias), dxf(xf), w1(S), w2(S);
+            DevBuf<int> dh(tid2eid), dtok(tok), ch1(S), ch2(S), c1(E), r1(S), s1(S), c2(E), r2(S), s2(S);
+            DevBuf<uint8_t> a1(size_t(S) * D), a2(size_t(S) * D);
+            DevBuf<float> sa1(size_t(D / 128) * sa_ld), sa2(size_t(D / 128) * sa_ld);
+            for (auto* b : {&ch1, &ch2, &c1, &r1, &s1, &c2, &r2, &s2}) b->poison();
+            for (auto* b : {&w1, &w2, &sa1, &sa2}) b->poison();
+            cuda::RouteLogits r;
+            r.logits = dl.p;
+            r.T = T;
+            r.E = E;
+            r.K = topk;
+            r.func = func;
+            r.bias = hash ? nullptr : db.p;
+            r.tid2eid = hash ? dh.p : nullptr;
+            r.token_ids = dtok.p;
+            r.norm_topk = func != 2;
+            r.route_scale = 2.5f;
+            ASSERT_EQ(cuda::moe_route(dl.p, T, E, topk, func, r.bias, r.tid2eid, dtok.p, r.norm_topk, r.route_scale,
+                                      ch1.p, w1.p, nullptr),
+                      cudaSuccess);
+            ASSERT_EQ(cuda::moe_route_gather_quant_f32(ch1.p, T, topk, E, dxf.p, D, c1.p, r1.p, s1.p, a1.p, sa1.p, sa_ld,
+                                                       nullptr),
+                      cudaSuccess);
+            r.chosen = ch2.p;
+            r.weight = w2.p;
+            ASSERT_EQ(cuda::moe_route_logits_gather_quant_f32(r, dxf.p, D, c2.p, r2.p, s2.p, a2.p, sa2.p, sa_ld, nullptr),
+                      cudaSuccess);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            const std::string what = "E " + std::to_string(E) + " D " + std::to_string(D) + " T " + std::to_string(T) +
+                                     " func " + std::to_string(func) + (hash ? " hash" : "");
+            EXPECT_EQ(ch2.download(), ch1.download()) << what;
+            EXPECT_EQ(c2.download(), c1.download()) << what;
+            EXPECT_EQ(r2.download(), r1.download()) << what;
+            EXPECT_EQ(s2.download(), s1.download()) << what;
+            EXPECT_EQ(a2.download(), a1.download()) << what;
+            const std::vector<float> g1 = w1.download(), g2 = w2.download();
+            int64_t bad = 0;
+            for (size_t i = 0; i < g1.size(); ++i) bad += f32_to_bits(g1[i]) != f32_to_bits(g2[i]) || !std::isfinite(g1[i]);
+            const std::vector<float> q1 = sa1.download(), q2 = sa2.download();
+            for (size_t i = 0; i < q1.size(); ++i)
+              if (i % size_t(sa_ld) < size_t(S)) bad += f32_to_bits(q1[i]) != f32_to_bits(q2[i]);
+            EXPECT_EQ(bad, 0) << what;
+          }
   cuda::RouteLogits too_many;
   too_many.T = cuda::moe_route_logits_max_tokens() + 1;
   too_many.E = 256;

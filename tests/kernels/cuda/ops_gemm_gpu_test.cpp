@@ -6,7 +6,6 @@
 // values); any summation order of K fp32 additions with truncation: 2K * 2^-24 * sum|xw|. cuBLASLt FP8 with
 // 1x128 / 128x128 block scales: Hopper's FP8 tensor cores keep ~14 bits inside each 128-k block before the
 // fp32 promotion (DeepSeek-V3 report 3.3.2), so 2^-10 * sum|xw|.
-#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -240,94 +239,6 @@ TEST(CudaGemm, StreamingGemvOneRow) {
   const cuda::GemvArgs two_rows = tiny_bf16_args(128, 2);  // not its case: refused
   EXPECT_FALSE(cuda::gemv_stream_fits(two_rows));
   EXPECT_EQ(cuda::gemv_stream(two_rows, nullptr), cudaErrorInvalidValue);
-}
-
-// rms_norm(x, w, eps) with the arithmetic of the streaming GEMV's fused norm (common.cuh stage_x_normed_act8):
-// per thread of 8 warps, its float4s of blocks warp, warp + 8, ... squared and summed in double, the warps' butterfly
-// trees, the warps' totals in order.
-std::vector<float> gemv_normed_x(const std::vector<float>& x, int K, const std::vector<float>& w, float eps) {
-  constexpr int kWarps = 8;
-  const int KB = K / 128;
-  double total = 0;
-  for (int warp = 0; warp < kWarps; ++warp) {
-    double lane_sum[32];
-    for (int lane = 0; lane < 32; ++lane) {
-      double ss = 0;
-      for (int j = 0; j < 4; ++j) {
-        const int b = warp + j * kWarps;
-        if (b >= KB) continue;
-        for (int c = 0; c < 4; ++c) {
-          const double v = x[size_t(b * 32 + lane) * 4 + size_t(c)];
-          ss = std::fma(v, v, ss);
-        }
-      }
-      lane_sum[lane] = ss;
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      double next[32];
-      for (int lane = 0; lane < 32; ++lane) next[lane] = lane_sum[lane] + lane_sum[lane ^ o];
-      std::copy(next, next + 32, lane_sum);
-    }
-    total += lane_sum[0];
-  }
-  const float s = float(1.0 / std::sqrt(total / double(K) + double(eps)));
-  std::vector<float> out(static_cast<size_t>(K));
-  for (int i = 0; i < K; ++i) out[size_t(i)] = x[size_t(i)] * s * w[size_t(i)];
-  return out;
-}
-
-// A one-row FP8 GEMV with its input's weighted RMSNorm in the staging (GemvArgs::norm_w, q_norm inside wq_b), with
-// the FP8 activation simulation: bit for bit the same GEMV fed x normed on the host in the kernel's order, and every
-// element against the double product of that x simulated. Refused where it does not fuse (two rows, no act_fp8, K
-// past one pass).
-TEST(CudaGemm, OneRowGemvNormsItsInput) {
-  SKIP_WITHOUT_GPU();
-  auto g = seeded();
-  struct Shape { int N, K; const char* name; };
-  for (Shape s : {Shape{32768, 1024, "flash wq_b"}, Shape{1026, 1536, "pro wq_b-like"}, Shape{4096, 4096, "K 4096"},
-                  Shape{300, 384, "odd rows"}}) {
-    Weights w = make_weights(true, s.N, s.K, 1, g);
-    const DeviceWeights dw(w);
-    const int ldx = s.K + 128;
-    auto x = normal(size_t(ldx), g, 3.0f);
-    auto nw = normal(size_t(s.K), g, 0.5f);
-    for (float& v : nw) v += 1.0f;
-    auto dx = dev(x), dnw = dev(nw);
-    const std::vector<float> xn = gemv_normed_x(x, s.K, nw, 1e-6f);
-    auto dxn = dev(xn);
-    auto y = poisoned<float>(size_t(s.N)), y_sep = poisoned<float>(size_t(s.N));
-    cuda::GemvArgs a = dw.args(w, dx.data(), ldx, y.data(), s.N, 1);
-    a.act_fp8 = true;
-    a.norm_w = dnw.data();
-    a.norm_eps = 1e-6f;
-    const std::string what = std::string("gemv with norm ") + s.name;
-    ASSERT_TRUE(cuda::gemv_fuses_norm(a)) << what;
-    MOESERVE_CUDA_CHECK(cuda::gemv(a, nullptr));
-    cuda::GemvArgs sep = a;
-    sep.norm_w = nullptr;
-    sep.x = dxn.data();
-    sep.ldx = s.K;
-    sep.y = y_sep.data();
-    MOESERVE_CUDA_CHECK(cuda::gemv(sep, nullptr));
-    const std::vector<float> got = host(y);
-    expect_same_bits(got, host(y_sep), what + ": against the GEMV of x normed in its order");
-    std::vector<float> xs = xn;
-    ref::fp8_block_sim(xs.data(), 1, s.K, s.K, 128);
-    std::vector<float> want, tol;
-    skinny_expected(xs, s.K, w, 1, &want, &tol);
-    expect_close(got, want, tol, what);
-    cuda::GemvArgs no_sim = a;
-    no_sim.act_fp8 = false;
-    EXPECT_FALSE(cuda::gemv_fuses_norm(no_sim)) << what;
-    cuda::GemvArgs past_one_pass = a;  // only the predicate: K past what one staging pass holds
-    past_one_pass.K = 8192;
-    EXPECT_FALSE(cuda::gemv_fuses_norm(past_one_pass)) << what;
-  }
-  cuda::GemvArgs two = tiny_bf16_args(128, 2);
-  auto nw = dev(std::vector<float>(128, 1.0f));
-  two.norm_w = nw.data();
-  EXPECT_FALSE(cuda::gemv_fuses_norm(two));
-  EXPECT_EQ(cuda::gemv(two, nullptr), cudaErrorInvalidValue);
 }
 
 // The one-batch kernel for small matrices called directly (gemv() routes one row over some to it): stacked

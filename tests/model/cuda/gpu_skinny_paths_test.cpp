@@ -8,8 +8,6 @@
 // choices.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-
 #include "kernels/cuda/device.h"
 #include "model/fixture.h"
 #include "model/gpu_model.h"
@@ -21,25 +19,21 @@
 namespace moeserve {
 namespace {
 
-// Hidden 1024, 8 heads of 128, q rank 512, wo_a 2 groups of 128 x 512, experts 512 wide: every FP8 linear but
-// wkv passes 8M row x weight elements at 32 rows, the shared w13 at 16. One layer of `layer_type`, converted to FP8.
-std::shared_ptr<model::Model> widened_fp8_model(const testing::TempDir& dir, const char* layer_type, uint32_t seed) {
-  nlohmann::json config = testing::one_layer_tiny_hf(1024, 512, layer_type, "moe");
+TEST(GpuSkinnyPaths, CheckpointNumericsTrackTheCpuReference) {
+  SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  // Hidden 1024, 8 heads of 128, q rank 512, wo_a 2 groups of 128 x 512, experts 512 wide: every FP8 linear but
+  // wkv passes 8M row x weight elements at 32 rows, the shared w13 at 16.
+  nlohmann::json config = testing::one_layer_tiny_hf(1024, 512, "compressed_sparse_attention", "moe");
   config["num_attention_heads"] = 8;
   config["head_dim"] = 128;
   config["q_lora_rank"] = 512;
   config["o_groups"] = 2;
   config["o_lora_rank"] = 128;
   config["index_head_dim"] = 128;
-  testing::write_random_checkpoint(dir.file("f32"), config, seed);
+  testing::write_random_checkpoint(dir.file("f32"), config, 13);
   testing::convert(dir.file("f32"), dir.file("fp8"), model::WeightsTarget::Fp8);
-  return model::Model::load(dir.file("fp8"));
-}
-
-TEST(GpuSkinnyPaths, CheckpointNumericsTrackTheCpuReference) {
-  SKIP_WITHOUT_GPU();
-  testing::TempDir dir;
-  auto model = widened_fp8_model(dir, "compressed_sparse_attention", 13);
+  auto model = model::Model::load(dir.file("fp8"));
 
   // The fast numerics take the paths under test: FP8 weights with block scales, FP8 experts, an FP8 wo_a.
   const model::Numerics ckpt = model::Numerics::checkpoint();
@@ -64,18 +58,6 @@ TEST(GpuSkinnyPaths, CheckpointNumericsTrackTheCpuReference) {
   // the activation simulation in its staging.
   testing::expect_gpu_tracks_checkpoint_numerics(*model, 64, 7, 32, {32, 16, 8, 3, 1}, "skinny paths",
                                                  "MOESERVE_FP8_SKINNY");
-}
-
-// A one-token step's q_norm inside wq_b's streaming GEMV (MOESERVE_GEMV_NORM=1; the kernel's own test is
-// CudaGemm.OneRowGemvNormsItsInput): a window-only layer (no indexer, which would read the normed qr_) with a q rank
-// the fused staging takes (512), against the CPU reference; the control runs rms_norm's launch.
-TEST(GpuSkinnyPaths, QNormInsideWqBTracksTheCpuReference) {
-  SKIP_WITHOUT_GPU();
-  testing::TempDir dir;
-  auto model = widened_fp8_model(dir, "sliding_attention", 17);
-  setenv("MOESERVE_GEMV_NORM", "1", 1);
-  testing::expect_gpu_tracks_checkpoint_numerics(*model, 24, 9, 8, {1}, "q_norm inside wq_b", "MOESERVE_GEMV_NORM");
-  unsetenv("MOESERVE_GEMV_NORM");
 }
 
 }  // namespace
