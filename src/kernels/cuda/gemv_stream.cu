@@ -214,7 +214,8 @@ cudaError_t gemv_stream(const GemvArgs& a, cudaStream_t stream) {
   if (!gemv_stream_fits(a)) return cudaErrorInvalidValue;
   if (a.N == 0 || a.problems == 0) return cudaSuccess;
   const bool fp8 = a.wtype == WeightType::FP8;
-  if (a.settled_chosen) return a.act_fp8 ? launch_stream<true, true, true>(a, stream) : launch_stream<true, false, true>(a, stream);
+  if (a.settled_chosen)
+    return a.act_fp8 ? launch_stream<true, true, true>(a, stream) : launch_stream<true, false, true>(a, stream);
   if (a.act_fp8) return fp8 ? launch_stream<true, true>(a, stream) : launch_stream<false, true>(a, stream);
   return fp8 ? launch_stream<true, false>(a, stream) : launch_stream<false, false>(a, stream);
 }
