@@ -87,14 +87,17 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
   // learns its expert from the routing, written by an earlier kernel, so it waits first (unless SETTLED).
   int q = blockIdx.x * teams + team, ks = wi, parity = 0;
   Unit cur, nxt;
-  if constexpr (SETTLED) {
-    // Group p: one row, at offset p; the token's row of x (x_rows), else row p.
-    const int e = settled_group_expert(a.settled_chosen, a.problems, p);
+  // A group's expert e, its row and its x row: the weights, x and y it reads and writes, and its first unit.
+  auto take_group = [&](int e, int row, int x_row) {
     w = static_cast<const char*>(a.w) + size_t(e) * a.w_stride * kBytes;
     if constexpr (FP8) rs = a.row_scale + size_t(e) * a.scale_stride;
-    x = a.x + size_t(a.x_rows ? 0 : p) * a.ldx;
-    y = a.y + size_t(p) * a.ldy;
+    x = a.x + size_t(x_row) * a.ldx;
+    y = a.y + size_t(row) * a.ldy;
     if (q < quads) load(q, ks, cur);
+  };
+  if constexpr (SETTLED) {
+    // Group p: one row, at offset p; the token's row of x (x_rows), else row p.
+    take_group(settled_group_expert(a.settled_chosen, a.problems, p), p, a.x_rows ? 0 : p);
     pdl_wait();
   } else {
     if (!grouped && q < quads) load(q, ks, cur);
@@ -106,12 +109,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
       pdl_release();
     } else {
       if (p >= *a.num_groups) return;  // block-uniform, after the wait (which keeps the kernel ordering transitive)
-      const int e = a.group_expert[p], row = a.group_offset[p];
-      w = static_cast<const char*>(a.w) + size_t(e) * a.w_stride * kBytes;
-      if constexpr (FP8) rs = a.row_scale + size_t(e) * a.scale_stride;
-      x = a.x + size_t(a.x_rows ? a.x_rows[row] : row) * a.ldx;
-      y = a.y + size_t(row) * a.ldy;
-      if (q < quads) load(q, ks, cur);
+      const int row = a.group_offset[p];
+      take_group(a.group_expert[p], row, a.x_rows ? a.x_rows[row] : row);
     }
   }
 
