@@ -120,11 +120,6 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
     shared_after_glue_ = v == "glue";
     shared_on_main_ = v == "main";
   }
-  if (const char* e = std::getenv("MOESERVE_W2_EARLY")) {
-    const std::string v = e;
-    check(v == "0" || v == "1", "MOESERVE_W2_EARLY='{}': expected 0 or 1", v);
-    w2_early_ = v == "1";
-  }
   if (const char* e = std::getenv("MOESERVE_MOE_ONE_LAUNCH")) {
     const std::string v = e;
     check(v == "0" || v == "1" || v == "shared", "MOESERVE_MOE_ONE_LAUNCH='{}': expected 0, 1 or shared", v);
@@ -906,11 +901,7 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
       a.x = xe_;
     }
     MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
-    // Opt-in (MOESERVE_W2_EARLY=1, until measured): at one token W2 launches while SwiGLU waits for W13 (SwiGLU
-    // releases first), so its blocks take the SMs that W13's first finishers free; its groups settled by the router's
-    // choice, three launches back, it issues its first weight loads before its wait (GemvArgs::settled_chosen).
-    const bool w2_early = w2_early_ && T == 1 && max_rows == 1 && w2.type == WeightType::FP8;
-    MOESERVE_CUDA_CHECK(cuda::swiglu(h13_, TK, nullptr, I, limit, weight_of_row_, act_, st, w2_early));
+    MOESERVE_CUDA_CHECK(cuda::swiglu(h13_, TK, nullptr, I, limit, weight_of_row_, act_, st));
     cuda::GemvArgs a2 = a;  // the same groups
     set_weights(a2, w2, D, I);
     a2.x = act_;
@@ -918,7 +909,6 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
     a2.y = ye_;
     a2.ldy = D;
     a2.x_rows = nullptr;
-    if (w2_early) a2.settled_chosen = chosen_;
     a2.act_fp8 = sim && cuda::gemv_fuses_act_fp8(a2);
     if (sim && !a2.act_fp8) MOESERVE_CUDA_CHECK(cuda::fp8_block_sim(act_, TK, I, I, 128, st));
     MOESERVE_CUDA_CHECK(cuda::gemv(a2, st));

@@ -155,9 +155,6 @@ class GpuModel {
   // more slot of it): off by default, see GpuModel::moe.
   bool one_launch_experts_ = false;
   bool one_launch_shared_ = false;
-  // MOESERVE_W2_EARLY=1 (opt-in until measured): at one token SwiGLU releases W2 before its wait and W2 reads its
-  // groups from the router's choice before its own (GemvArgs::settled_chosen), see GpuModel::moe.
-  bool w2_early_ = false;
   cuda::DeviceArray<uint32_t> moe_barrier_;  // its grid barrier (the MoE runs on the main stream only)
   // MOESERVE_W4A8_DECODE_CONFIGS=W13:W2 (config names, kernels/cuda/moe_w4a8.h): the decode chain's GEMM configs
   // instead of the dispatch table's (A/B runs); -1: the table.

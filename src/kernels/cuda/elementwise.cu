@@ -411,9 +411,8 @@ __global__ void add_ape_kernel(float* score, int width, int ld, const int* pos, 
   for (int f = threadIdx.x; f < width; f += blockDim.x) score[size_t(t) * ld + f] += bias[f];
 }
 
-__global__ void swiglu_kernel(const float* h, int rows, int I, float limit, const float* row_weight, float* act,
-                              bool release_first) {
-  dev::pdl_begin(release_first);
+__global__ void swiglu_kernel(const float* h, int rows, int I, float limit, const float* row_weight, float* act) {
+  dev::pdl_begin();
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(rows) * I) return;
   const int r = int(i / I), c = int(i % I);
@@ -591,10 +590,10 @@ cudaError_t add_ape(float* score, int T, int width, int ld, const int* pos, cons
 }
 
 cudaError_t swiglu(const float* h, int rows, const int* /*rows_dev*/, int I, float limit, const float* row_weight,
-                   float* act, cudaStream_t stream, bool release_first) {
+                   float* act, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   dev::launch(swiglu_kernel, dim3(blocks_for(size_t(rows) * I, 256)), dim3(256), 0, stream, h, rows, I, limit,
-              row_weight, act, release_first);
+              row_weight, act);
   return cudaGetLastError();
 }
 

@@ -8,7 +8,6 @@
 // every warp slot its own (a 4096-row matrix is 1024 quads); the team adds its warps' sums in warp order.
 // x is staged once per block in shared memory, chunk-interleaved so that a warp's float4 reads are conflict-free,
 // with the FP8 activation simulation (act_fp8) applied there instead of on every load.
-#include <climits>
 #include <cstdlib>
 #include <string>
 
@@ -26,26 +25,7 @@ constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRowsU = kStreamRows;  // weight rows per unit (one warp)
 constexpr int kIt = kStreamIt;       // 16-byte loads per lane, row and unit
 
-// Group p's expert when one token's distinct experts are settled (GemvArgs::settled_chosen): moe_group orders the
-// groups by expert, so it is the chosen expert with p smaller ones. L2 loads: written by an earlier kernel.
-__device__ __forceinline__ int settled_group_expert(const int* chosen, int K, int p) {
-  int c[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) c[j] = j < K ? __ldcg(chosen + j) : INT_MAX;
-  int e = 0;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    int smaller = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) smaller += c[i] < c[j];
-    if (j < K && smaller == p) e = c[j];
-  }
-  return e;
-}
-
-// SETTLED: one token's groups from GemvArgs::settled_chosen, and the first weight loads, before pdl_wait. A template
-// parameter, so that the other launches compile as before.
-template <bool FP8, bool ACT8, bool SETTLED = false>
+template <bool FP8, bool ACT8>
 __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, int WQ) {
   constexpr int VEC = FP8 ? 16 : 8;           // weights per 16-byte load
   constexpr int kBytes = FP8 ? 1 : 2;
@@ -84,34 +64,24 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
   };
 
   // Weights are not written by earlier kernels: a dense problem's first unit loads before pdl_wait. A group
-  // learns its expert from the routing, written by an earlier kernel, so it waits first (unless SETTLED).
+  // learns its expert from the routing, written by an earlier kernel, so it waits first.
   int q = blockIdx.x * teams + team, ks = wi, parity = 0;
   Unit cur, nxt;
-  // A group's expert e, its row and its x row: the weights, x and y it reads and writes, and its first unit.
-  auto take_group = [&](int e, int row, int x_row) {
+  if (!grouped && q < quads) load(q, ks, cur);
+  pdl_wait();
+  // Dense problems let the next kernel launch now. Groups (a decode step's experts) let it launch as their blocks
+  // finish, which measured faster on the routed MoE at one token; for the dense GEMVs of a layer, releasing late
+  // cost 1.5 us at batch 1 (docs/benchmarks/cuda-ops.md, sixteenth session).
+  if (!grouped) {
+    pdl_release();
+  } else {
+    if (p >= *a.num_groups) return;  // block-uniform, after the wait (which keeps the kernel ordering transitive)
+    const int e = a.group_expert[p], row = a.group_offset[p];
     w = static_cast<const char*>(a.w) + size_t(e) * a.w_stride * kBytes;
     if constexpr (FP8) rs = a.row_scale + size_t(e) * a.scale_stride;
-    x = a.x + size_t(x_row) * a.ldx;
+    x = a.x + size_t(a.x_rows ? a.x_rows[row] : row) * a.ldx;
     y = a.y + size_t(row) * a.ldy;
     if (q < quads) load(q, ks, cur);
-  };
-  if constexpr (SETTLED) {
-    // Group p: one row, at offset p; the token's row of x (x_rows), else row p.
-    take_group(settled_group_expert(a.settled_chosen, a.problems, p), p, a.x_rows ? 0 : p);
-    pdl_wait();
-  } else {
-    if (!grouped && q < quads) load(q, ks, cur);
-    pdl_wait();
-    // Dense problems let the next kernel launch now. Groups (a decode step's experts) let it launch as their blocks
-    // finish, which measured faster on the routed MoE at one token; for the dense GEMVs of a layer, releasing late
-    // cost 1.5 us at batch 1 (docs/benchmarks/cuda-ops.md, sixteenth session).
-    if (!grouped) {
-      pdl_release();
-    } else {
-      if (p >= *a.num_groups) return;  // block-uniform, after the wait (which keeps the kernel ordering transitive)
-      const int row = a.group_offset[p];
-      take_group(a.group_expert[p], row, a.x_rows ? a.x_rows[row] : row);
-    }
   }
 
   // Stage x (the FP8 activation simulation per 128 values first, fp8_block_sim's arithmetic).
@@ -164,10 +134,10 @@ int gemv_stream_blocks_per_sm() {
   return n;
 }
 
-template <bool FP8, bool ACT8, bool SETTLED = false>
+template <bool FP8, bool ACT8>
 cudaError_t launch_stream(const GemvArgs& a, cudaStream_t stream) {
   static const bool configured = [] {
-    cudaFuncSetAttribute(gemv_stream_kernel<FP8, ACT8, SETTLED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(gemv_stream_kernel<FP8, ACT8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          kGemvStreamMaxK * 4);
     return true;
   }();
@@ -184,7 +154,7 @@ cudaError_t launch_stream(const GemvArgs& a, cudaStream_t stream) {
   const int blocks = std::max(a.problems, per_sm * sm_count() - std::max(0, a.leave_sms));
   const int per_problem = std::max(1, (blocks + a.problems - 1) / a.problems);
   const dim3 grid(std::min(blocks_wanted, per_problem), a.problems);
-  return dev::launch(gemv_stream_kernel<FP8, ACT8, SETTLED>, grid, dim3(kThreads), size_t(a.K) * 4, stream, a, wq);
+  return dev::launch(gemv_stream_kernel<FP8, ACT8>, grid, dim3(kThreads), size_t(a.K) * 4, stream, a, wq);
 }
 
 }  // namespace
@@ -195,9 +165,7 @@ bool gemv_stream_fits(const GemvArgs& a) {
   const bool one_row = a.group_count ? a.max_group_rows == 1 && a.group_expert && a.group_offset && a.num_groups &&
                                            a.ldx % 4 == 0
                                      : a.M == 1 && a.x_stride % 4 == 0;
-  // Settled groups: one token's distinct experts, FP8, every grid problem a group.
-  const bool settled_ok = !a.settled_chosen || (fp8 && a.group_count && a.problems <= 8);
-  return one_row && settled_ok && a.K > 0 && a.K <= kGemvStreamMaxK && a.K % vec == 0 &&
+  return one_row && a.K > 0 && a.K <= kGemvStreamMaxK && a.K % vec == 0 &&
          (!fp8 || a.K % 128 == 0 || a.scale_ld > 0) && (!a.act_fp8 || a.K % 128 == 0) &&
          reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && (a.w_stride * (fp8 ? 1 : 2)) % 16 == 0;
@@ -213,8 +181,6 @@ cudaError_t gemv_stream(const GemvArgs& a, cudaStream_t stream) {
   if (!gemv_stream_fits(a)) return cudaErrorInvalidValue;
   if (a.N == 0 || a.problems == 0) return cudaSuccess;
   const bool fp8 = a.wtype == WeightType::FP8;
-  if (a.settled_chosen)
-    return a.act_fp8 ? launch_stream<true, true, true>(a, stream) : launch_stream<true, false, true>(a, stream);
   if (a.act_fp8) return fp8 ? launch_stream<true, true>(a, stream) : launch_stream<false, true>(a, stream);
   return fp8 ? launch_stream<true, false>(a, stream) : launch_stream<false, false>(a, stream);
 }

@@ -145,10 +145,8 @@ cudaError_t add_ape(float* score, int T, int width, int ld, const int* pos, cons
                     cudaStream_t stream);
 // act[r, i] = silu(min(g, limit)) * clamp(u, -limit, limit) * (row_weight ? row_weight[r] : 1), with
 // g = h[r, i], u = h[r, I + i] (model/moe.cpp swiglu; limit <= 0: no clamp). rows: device count or host.
-// release_first: the next kernel may launch before this one's wait (pdl_begin(true)), e.g. a GEMV that starts its
-// weight stream before its own wait.
 cudaError_t swiglu(const float* h, int rows, const int* rows_dev, int I, float limit, const float* row_weight,
-                   float* act, cudaStream_t stream, bool release_first = false);
+                   float* act, cudaStream_t stream);
 // x[i] *= s for n values.
 cudaError_t scale_values(float* x, size_t n, float s, cudaStream_t stream);
 // out[r, :] = x[rows[r], :] (D wide).
@@ -234,11 +232,6 @@ struct GemvArgs {
   // The streaming one-row kernel (gemv_stream.h) fills every SM with two persistent blocks; on a concurrent
   // branch it leaves this many SMs with one, so that the main stream's small kernels can start beside it.
   int leave_sms = 0;
-  // One token's routed experts (grouped, FP8, max_group_rows 1), its `problems` distinct expert ids, written by a
-  // kernel that completed before the one this launch follows (the router, three launches before W2): group p is the
-  // p-th smallest id, at row p (moe_group's layout), so the streaming kernel reads its expert and issues its first
-  // weight loads before pdl_wait. x_rows: every row's x is the token's row 0.
-  const int* settled_chosen = nullptr;
 };
 // One row over FP8 weights (dense M == 1, or groups of one row) runs the streaming kernel (gemv_stream.h;
 // MOESERVE_GEMV_STREAM=0: not).
