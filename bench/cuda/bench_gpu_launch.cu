@@ -6,6 +6,11 @@
 //                      griddepcontrol.wait, then releases the next with griddepcontrol.launch_dependents);
 //   hop                each kernel reads the value the one before wrote and writes it plus one (a true data
 //                      dependency through memory, as in the decode chain), 1 block or 2 per SM;
+//   flag hop           the same data dependency handed over through a flag instead of the boundary: each
+//                      kernel releases the next at once, block 0 spins until the counter holds its link's value
+//                      (acquire) and writes the next (release), and griddepcontrol.wait comes only at the end
+//                      (what keeps the ordering transitive for later kernels): how much of the boundary is the
+//                      grid's retirement rather than the data's way through memory;
 //   in-kernel hops     the same number of dependent L2 round trips inside one kernel (what the boundary adds).
 // The chain's final value is checked (kChain per replay): a wrong count fails the program.
 // Usage: bench_gpu_launch
@@ -37,6 +42,21 @@ __global__ void hop_kernel(unsigned* counter) {
     const unsigned v = *reinterpret_cast<volatile unsigned*>(counter);
     *reinterpret_cast<volatile unsigned*>(counter) = v + 1;
   }
+}
+
+// Link `link` of a chain of `chain`: released at once; block 0's thread 0 waits for the counter to reach the
+// link's value (the counter counts up through every replay, so link i of any replay sees value % chain == i),
+// then writes the next; every thread waits for the previous kernel only at the end.
+__global__ void flag_hop_kernel(unsigned* counter, int link, int chain) {
+  moeserve::cuda::dev::pdl_release();
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    unsigned v;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+    } while (v % unsigned(chain) != unsigned(link));
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(counter), "r"(v + 1) : "memory");
+  }
+  moeserve::cuda::dev::pdl_wait();
 }
 
 // `hops` dependent round trips to L2 in one thread: a pointer chase through `next` (read past L1).
@@ -90,6 +110,22 @@ int main() {
     }
   }
 
+  double flag_hop_1 = 0;
+  for (int blocks : {1, 2 * sms}) {
+    MOESERVE_CUDA_CHECK(cudaMemset(counter, 0, sizeof(unsigned)));
+    const double us = graph_us_per_call(st, kChain, kReplays,
+                                        [&](int i) { launch(flag_hop_kernel, blocks, true, st, counter, i, kChain); });
+    unsigned got = 0;
+    MOESERVE_CUDA_CHECK(cudaMemcpy(&got, counter, sizeof(unsigned), cudaMemcpyDeviceToHost));
+    const unsigned want = unsigned(kChain) * (kReplays + 1);
+    if (got != want) {
+      std::fprintf(stderr, "flag hop chain: counter %u, expected %u\n", got, want);
+      return 1;
+    }
+    std::printf("| hop through a flag, %4d blocks, PDL         | %10.2f |\n", blocks, us);
+    if (blocks == 1) flag_hop_1 = us;
+  }
+
   // The same number of dependent L2 round trips inside one kernel: a random cycle over 4 MB (in L2, past L1).
   const int words = 1 << 20;
   unsigned* next;
@@ -117,8 +153,8 @@ int main() {
   const double hop_us = double(ms) * 1000.0 / hops;
   std::printf("| %-44s | %10.3f |\n", "one dependent L2 round trip inside a kernel", hop_us);
   std::printf("launch: dependent kernel boundary %.2f us (PDL, 1 block), %.2f us (PDL, %d blocks); "
-              "L2 round trip %.2f us\n",
-              pdl_hop_1, pdl_hop_wide, 2 * sms, hop_us);
+              "handed over by a flag %.2f us (1 block); L2 round trip %.2f us\n",
+              pdl_hop_1, pdl_hop_wide, 2 * sms, flag_hop_1, hop_us);
   MOESERVE_CUDA_CHECK(cudaFree(next));
   MOESERVE_CUDA_CHECK(cudaFree(counter));
   MOESERVE_CUDA_CHECK(cudaStreamDestroy(st));
