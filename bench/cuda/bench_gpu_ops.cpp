@@ -137,6 +137,22 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
         if (fp8) report("gemv_small fp8 act8 (direct)", shape, time_gemv(cuda::gemv_small, true), bytes, flops, kFp32, false);
       }
     }
+    if (fp8 && M >= 2 && cuda::gemm_bf16_fp8w_skinny_fits(M, N, K)) {
+      // The exact kernels' FP8 linear at 2-64 rows (GpuModel::linear): x as three bf16 terms on BF16 tensor cores.
+      cuda::DeviceBuffer xb(size_t(3) * M * K * 2, "xb");
+      const size_t wsn = cuda::gemm_bf16_fp8w_skinny_workspace_floats(M, N, K, 1, 3);
+      auto work = floats(wsn);
+      auto* t = static_cast<uint16_t*>(xb.data());
+      const size_t term = size_t(M) * K;
+      const double us = time_us([&](int i) {
+        MOESERVE_CUDA_CHECK(cuda::bf16_permute16(static_cast<float*>(x.data()), M, K, K, t, st, t + term, t + 2 * term));
+        MOESERVE_CUDA_CHECK(cuda::gemm_bf16_fp8w_skinny(t, M, 1, static_cast<const uint8_t*>(w.get(i)),
+                                                        static_cast<float*>(bs.data()), bld, N, K,
+                                                        static_cast<float*>(y.data()), N,
+                                                        static_cast<float*>(work.data()), wsn, st, 3));
+      });
+      report("bf16x3 skinny (exact fp32 act)", shape, us, bytes, 3 * flops, kBf16, false);
+    }
     if (fp8 && cuda::gemm_fp8_skinny_fits(M, N, K)) {  // the tensor-core skinny GEMM, with its activation quantizer
       cuda::DeviceBuffer xq(size_t(M) * K, "xq"), xs(size_t(M) * (K / 128) * 4, "xs");
       const size_t wsn = cuda::gemm_fp8_skinny_workspace_floats(M, N, K);

@@ -158,6 +158,8 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   // MOESERVE_FP8_LT=0: FP8 linears past 8 rows take the GEMV (with the FP8 activation simulation) instead of
   // cuBLASLt's block-scaled GEMM (a diagnostic, as MOESERVE_BF16_LT).
   if (const char* e = std::getenv("MOESERVE_FP8_LT"); e && std::string(e) == "0") fp8_lt_ = false;
+  // MOESERVE_EXACT_SKINNY=0: with exact kernels, FP8 linears of 2-64 rows take the fp32 GEMV (A/B runs).
+  if (const char* e = std::getenv("MOESERVE_EXACT_SKINNY"); e && std::string(e) == "0") exact_skinny_ = false;
   if (const char* e = std::getenv("MOESERVE_IDX_BF16_MIN_T")) idx_bf16_min_t_ = std::max(1, std::atoi(e));
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&branch_ev_, cudaEventDisableTiming));
 }
@@ -470,6 +472,24 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
     MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(x, M, K, ldx, xq, xs, st));
     MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny(xq, xs, M, M, static_cast<const uint8_t*>(v.w), v.blk_scale,
                                               v.blk_ld, v.N, K, y, ldy, work, wsn, st));
+    return;
+  }
+  // Exact kernels, FP8 weights, 2-64 rows, reference numerics: the fp32 input as three bf16 terms (hi + lo + lo2, all
+  // 24 bits) on BF16 tensor cores, the weight converted in registers (gemm_bf16_fp8w_skinny, as the grouped wo_a).
+  // The products are exact as in the fp32 GEMV; only the order and grouping of the sums differ. The GEMV re-reads x
+  // per row group and ran at 10-40 % of its fp32 roofline at 2-64 rows; it stays for two rows of a matrix of up to
+  // 8M weights (shared w2: 6.8 against 7.5 us; docs/benchmarks/cuda-ops.md, twenty-eighth session).
+  if (options_.exact && exact_skinny_ && !sim && v.type == WeightType::FP8 && v.blk_scale && M >= 2 &&
+      (M > 2 || int64_t(v.N) * K > (int64_t(8) << 20)) && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+      cuda::gemm_bf16_fp8w_skinny_fits(M, v.N, K)) {
+    const int terms = 3, side = cur_side();
+    const size_t term = size_t(M) * K;
+    auto* xb = static_cast<uint16_t*>(bufs_[150 + side].get(term * terms * 2, &generation_));
+    const size_t wsn = cuda::gemm_bf16_fp8w_skinny_workspace_floats(M, v.N, K, 1, terms);
+    auto* work = static_cast<float*>(bufs_[160 + side].get(std::max<size_t>(wsn, 1) * 4, &generation_));
+    MOESERVE_CUDA_CHECK(cuda::bf16_permute16(x, M, K, ldx, xb, st, xb + term, xb + 2 * term));
+    MOESERVE_CUDA_CHECK(cuda::gemm_bf16_fp8w_skinny(xb, M, 1, static_cast<const uint8_t*>(v.w), v.blk_scale, v.blk_ld,
+                                                    v.N, K, y, ldy, work, wsn, st, terms));
     return;
   }
   // After a linear past 8 rows, when MOESERVE_LT_SYNC asks for it (outside graph capture): the stream

@@ -5,9 +5,14 @@
 // checkpoint of tiny_hf's architecture, widened so that the shapes fit the kernels' tiles and chunks of 16-32
 // rows pass skinny_fp8_preferred's threshold, converted with `moeserve convert`'s fp8 target (FP8 experts). One
 // layer, as in gpu_w4a8_moe_test.cpp: more layers of a random model turn tiny differences into flipped top-k
-// choices.
+// choices. Also the exact kernels' FP8 linears at 2-64 rows (BF16 tensor cores, three bf16 terms of the input).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <random>
+
+#include "engine/generate.h"
+#include "engine/gpu_generate.h"
 #include "kernels/cuda/device.h"
 #include "model/fixture.h"
 #include "model/gpu_model.h"
@@ -19,11 +24,9 @@
 namespace moeserve {
 namespace {
 
-TEST(GpuSkinnyPaths, CheckpointNumericsTrackTheCpuReference) {
-  SKIP_WITHOUT_GPU();
-  testing::TempDir dir;
-  // Hidden 1024, 8 heads of 128, q rank 512, wo_a 2 groups of 128 x 512, experts 512 wide: every FP8 linear but
-  // wkv passes 8M row x weight elements at 32 rows, the shared w13 at 16.
+// Hidden 1024, 8 heads of 128, q rank 512, wo_a 2 groups of 128 x 512, experts 512 wide: every FP8 linear but
+// wkv passes 8M row x weight elements at 32 rows, the shared w13 at 16.
+std::shared_ptr<model::Model> widened_fp8_model(const testing::TempDir& dir) {
   nlohmann::json config = testing::one_layer_tiny_hf(1024, 512, "compressed_sparse_attention", "moe");
   config["num_attention_heads"] = 8;
   config["head_dim"] = 128;
@@ -33,7 +36,13 @@ TEST(GpuSkinnyPaths, CheckpointNumericsTrackTheCpuReference) {
   config["index_head_dim"] = 128;
   testing::write_random_checkpoint(dir.file("f32"), config, 13);
   testing::convert(dir.file("f32"), dir.file("fp8"), model::WeightsTarget::Fp8);
-  auto model = model::Model::load(dir.file("fp8"));
+  return model::Model::load(dir.file("fp8"));
+}
+
+TEST(GpuSkinnyPaths, CheckpointNumericsTrackTheCpuReference) {
+  SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  auto model = widened_fp8_model(dir);
 
   // The fast numerics take the paths under test: FP8 weights with block scales, FP8 experts, an FP8 wo_a.
   const model::Numerics ckpt = model::Numerics::checkpoint();
@@ -58,6 +67,37 @@ TEST(GpuSkinnyPaths, CheckpointNumericsTrackTheCpuReference) {
   // the activation simulation in its staging.
   testing::expect_gpu_tracks_checkpoint_numerics(*model, 64, 7, 32, {32, 16, 8, 3, 1}, "skinny paths",
                                                  "MOESERVE_FP8_SKINNY");
+}
+
+// The exact kernels' FP8 linears of 2-64 rows on BF16 tensor cores with the fp32 input as three bf16 terms
+// (GpuModel::linear): chunks of 32, 8 and 3 rows against the CPU reference engine under the reference numerics,
+// within the parity tests' 1e-3, and beside the fp32 GEMV's run (MOESERVE_EXACT_SKINNY=0), which is held to the
+// same bar; one-row chunks take the GEMV either way.
+TEST(GpuSkinnyPaths, ExactKernelsFp8LinearsTrackTheCpuReference) {
+  SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  auto model = widened_fp8_model(dir);
+  const int count = 64;
+  std::vector<int32_t> ids(static_cast<size_t>(count));
+  std::mt19937 rng(11);
+  for (auto& t : ids) t = int32_t(rng() % uint32_t(model->config().vocab_size));
+  const model::Numerics ref = model::Numerics::reference();
+  const Tensor cpu = engine::all_logits(*model, ids, 32, ref);
+  for (int64_t chunk : {32, 8, 3}) {
+    const Tensor tc = engine::all_logits_cuda(*model, ids, chunk, ref, {true, false});
+    setenv("MOESERVE_EXACT_SKINNY", "0", 1);
+    const Tensor gemv = engine::all_logits_cuda(*model, ids, chunk, ref, {true, false});
+    unsetenv("MOESERVE_EXACT_SKINNY");
+    const float d_tc = testing::max_abs_diff(tc, cpu), d_gemv = testing::max_abs_diff(gemv, cpu);
+    const float between = testing::max_abs_diff(tc, gemv);
+    std::printf("  exact kernels, FP8, chunk %lld: max |gpu - cpu| = %.3g on tensor cores, %.3g on the GEMV; "
+                "max |tensor cores - GEMV| = %.3g\n",
+                (long long)chunk, d_tc, d_gemv, between);
+    EXPECT_LE(d_tc, 1e-3f) << "chunk " << chunk;
+    EXPECT_LE(d_gemv, 1e-3f) << "chunk " << chunk;
+    // The two runs sum in different orders, so some logit differs: the tensor-core path did run.
+    EXPECT_GT(between, 0.0f) << "chunk " << chunk << ": the exact skinny path did not run";
+  }
 }
 
 }  // namespace
