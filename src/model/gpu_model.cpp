@@ -158,7 +158,7 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   // MOESERVE_FP8_LT=0: FP8 linears past 8 rows take the GEMV (with the FP8 activation simulation) instead of
   // cuBLASLt's block-scaled GEMM (a diagnostic, as MOESERVE_BF16_LT).
   if (const char* e = std::getenv("MOESERVE_FP8_LT"); e && std::string(e) == "0") fp8_lt_ = false;
-  // MOESERVE_EXACT_SKINNY=0: with exact kernels, FP8 linears of 2-64 rows take the fp32 GEMV (A/B runs).
+  // MOESERVE_EXACT_SKINNY=0: with exact kernels, every linear takes the fp32 GEMV (A/B runs; see linear()).
   if (const char* e = std::getenv("MOESERVE_EXACT_SKINNY"); e && std::string(e) == "0") exact_skinny_ = false;
   if (const char* e = std::getenv("MOESERVE_IDX_BF16_MIN_T")) idx_bf16_min_t_ = std::max(1, std::atoi(e));
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&branch_ev_, cudaEventDisableTiming));
@@ -501,7 +501,11 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
       if (v.type == WeightType::BF16) lt_check(v, x, M, ldx, y, ldy, st);
     }
   };
-  if (!options_.exact && M > kSkinnyRows) {
+  // Exact kernels (reference numerics): BF16 linears past 8 rows take the same GEMM on the input's three bf16 terms
+  // (exact products, as in the fp32 GEMV, which ran at 15-24 % of its roofline there: the 1 GB head at 8 rows
+  // 1037 us; docs/benchmarks/cuda-ops.md, twenty-eighth session).
+  const bool exact_lt = options_.exact && exact_skinny_ && !sim && v.type == WeightType::BF16;
+  if ((!options_.exact || exact_lt) && M > kSkinnyRows) {
     if (v.type == WeightType::BF16 && v.N >= bf16_lt_min_n_) {
       const float* xin;
       int ld;
@@ -513,7 +517,7 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
       // model's logits moved 0.049 (bar 0.016) with wo_a's input on one term and the gate's on two, 0.014 with
       // both on two, 0.0045 on three, as on the GEMV (docs/benchmarks/cuda-ops.md, tenth session). Up to 64 rows
       // the terms are stacked as rows of one GEMM (one pass over the weight: the head's is 1 GB; gemm_bf16_terms).
-      const int terms = fp32_input ? bf16_terms_ : 1;
+      const int terms = options_.exact ? 3 : fp32_input ? bf16_terms_ : 1;
       const size_t term = size_t(M) * K;
       auto* xb = static_cast<uint16_t*>(bufs_[101].get(term * terms * 2, &generation_));
       if (terms > 1)

@@ -147,7 +147,7 @@ class GpuModel {
   int bf16_terms_ = 3;     // bf16 terms of an fp32 input to a BF16 linear past 8 rows (MOESERVE_BF16_TERMS)
   bool lt_sync_ = false;   // MOESERVE_LT_SYNC
   bool fp8_lt_ = true;     // FP8 linears past 8 rows on cuBLASLt (MOESERVE_FP8_LT)
-  bool exact_skinny_ = true;  // exact kernels: FP8 linears of 2-64 rows on BF16 tensor cores (MOESERVE_EXACT_SKINNY)
+  bool exact_skinny_ = true;  // exact kernels: linears of 2+ rows on tensor cores, fp32 input as 3 bf16 terms
   // A one-token step's shared expert forks off the main stream after the MXFP4 routing glue, not before the
   // router (MOESERVE_SHARED_AT=router keeps it before, for A/B runs).
   bool shared_after_glue_ = true;

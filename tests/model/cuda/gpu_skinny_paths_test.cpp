@@ -5,7 +5,7 @@
 // checkpoint of tiny_hf's architecture, widened so that the shapes fit the kernels' tiles and chunks of 16-32
 // rows pass skinny_fp8_preferred's threshold, converted with `moeserve convert`'s fp8 target (FP8 experts). One
 // layer, as in gpu_w4a8_moe_test.cpp: more layers of a random model turn tiny differences into flipped top-k
-// choices. Also the exact kernels' FP8 linears at 2-64 rows (BF16 tensor cores, three bf16 terms of the input).
+// choices. Also the exact kernels' tensor-core linears (three bf16 terms of the input).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -69,11 +69,12 @@ TEST(GpuSkinnyPaths, CheckpointNumericsTrackTheCpuReference) {
                                                  "MOESERVE_FP8_SKINNY");
 }
 
-// The exact kernels' FP8 linears of 2-64 rows on BF16 tensor cores with the fp32 input as three bf16 terms
-// (GpuModel::linear): chunks of 32, 8 and 3 rows against the CPU reference engine under the reference numerics,
-// within the parity tests' 1e-3, and beside the fp32 GEMV's run (MOESERVE_EXACT_SKINNY=0), which is held to the
-// same bar; one-row chunks take the GEMV either way.
-TEST(GpuSkinnyPaths, ExactKernelsFp8LinearsTrackTheCpuReference) {
+// The exact kernels' tensor-core linears with the fp32 input as three bf16 terms (GpuModel::linear): FP8 weights at
+// 2-64 rows (gemm_bf16_fp8w_skinny), BF16 weights (gate, compressors, indexer weights, head) past 8 rows (cuBLASLt).
+// Chunks of 32, 8 and 3 rows against the CPU reference engine under the reference numerics, within the parity
+// tests' 1e-3, and beside the fp32 GEMV's run (MOESERVE_EXACT_SKINNY=0), which is held to the same bar; one-row
+// chunks take the GEMV either way.
+TEST(GpuSkinnyPaths, ExactKernelsTensorCoreLinearsTrackTheCpuReference) {
   SKIP_WITHOUT_GPU();
   testing::TempDir dir;
   auto model = widened_fp8_model(dir);
@@ -90,7 +91,7 @@ TEST(GpuSkinnyPaths, ExactKernelsFp8LinearsTrackTheCpuReference) {
     unsetenv("MOESERVE_EXACT_SKINNY");
     const float d_tc = testing::max_abs_diff(tc, cpu), d_gemv = testing::max_abs_diff(gemv, cpu);
     const float between = testing::max_abs_diff(tc, gemv);
-    std::printf("  exact kernels, FP8, chunk %lld: max |gpu - cpu| = %.3g on tensor cores, %.3g on the GEMV; "
+    std::printf("  exact kernels, chunk %lld: max |gpu - cpu| = %.3g on tensor cores, %.3g on the GEMV; "
                 "max |tensor cores - GEMV| = %.3g\n",
                 (long long)chunk, d_tc, d_gemv, between);
     EXPECT_LE(d_tc, 1e-3f) << "chunk " << chunk;
