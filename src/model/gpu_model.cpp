@@ -443,6 +443,19 @@ void GpuModel::lt_check(const GemmView& v, const float* x, int M, int ldx, const
                M, N, K, ldx, ldy, worst, worst_abs, scale_at);
 }
 
+void GpuModel::skinny_bf16_fp8w(const GemmView& w, const float* x, int M, int ldx, int problems, int N, int K,
+                                int terms, float* y, int ldy, int buf) {
+  cudaStream_t st = cur();
+  const size_t term = size_t(M) * problems * K;
+  auto* xb = static_cast<uint16_t*>(bufs_[buf].get(term * terms * 2, &generation_));
+  const size_t wsn = cuda::gemm_bf16_fp8w_skinny_workspace_floats(M, N, K, problems, terms);
+  auto* work = static_cast<float*>(bufs_[buf + 1].get(std::max<size_t>(wsn, 1) * 4, &generation_));
+  MOESERVE_CUDA_CHECK(cuda::bf16_permute16(x, M, problems * K, ldx, xb, st, terms >= 2 ? xb + term : nullptr,
+                                           terms == 3 ? xb + 2 * term : nullptr));
+  MOESERVE_CUDA_CHECK(cuda::gemm_bf16_fp8w_skinny(xb, M, problems, static_cast<const uint8_t*>(w.w), w.blk_scale,
+                                                  w.blk_ld, N, K, y, ldy, work, wsn, st, terms));
+}
+
 void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
                       bool fp32_input) {
   if (M == 0 || v.N == 0) return;
@@ -482,14 +495,7 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
   if (options_.exact && exact_skinny_ && !sim && v.type == WeightType::FP8 && v.blk_scale && M >= 2 &&
       (M > 2 || int64_t(v.N) * K > (int64_t(8) << 20)) && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
       cuda::gemm_bf16_fp8w_skinny_fits(M, v.N, K)) {
-    const int terms = 3, side = cur_side();
-    const size_t term = size_t(M) * K;
-    auto* xb = static_cast<uint16_t*>(bufs_[150 + side].get(term * terms * 2, &generation_));
-    const size_t wsn = cuda::gemm_bf16_fp8w_skinny_workspace_floats(M, v.N, K, 1, terms);
-    auto* work = static_cast<float*>(bufs_[160 + side].get(std::max<size_t>(wsn, 1) * 4, &generation_));
-    MOESERVE_CUDA_CHECK(cuda::bf16_permute16(x, M, K, ldx, xb, st, xb + term, xb + 2 * term));
-    MOESERVE_CUDA_CHECK(cuda::gemm_bf16_fp8w_skinny(xb, M, 1, static_cast<const uint8_t*>(v.w), v.blk_scale, v.blk_ld,
-                                                    v.N, K, y, ldy, work, wsn, st, terms));
+    skinny_bf16_fp8w(v, x, M, ldx, 1, v.N, K, 3, y, ldy, 150 + 2 * cur_side());  // scratch per stream
     return;
   }
   // After a linear past 8 rows, when MOESERVE_LT_SYNC asks for it (outside graph capture): the stream
@@ -732,16 +738,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     // official model's einsum has it in bf16), so the input goes in as bf16 terms, as in linear(): one rounding
     // moved a test model's logits ~10x further from the CPU (docs/benchmarks/cuda-ops.md, tenth session). Three
     // terms cost the V4-Flash layer ~0 at batch 8 and ~1.5% at 32 (one launch up to 42 rows).
-    const int terms = bf16_terms_;
-    auto* xb = static_cast<uint16_t*>(bufs_[105].get(size_t(terms) * T * H * hd * 2, &generation_));
-    const size_t wsn = cuda::gemm_bf16_fp8w_skinny_workspace_floats(T, olora, group_in, G, terms);
-    auto* work = static_cast<float*>(bufs_[106].get(std::max<size_t>(wsn, 1) * 4, &generation_));
-    const size_t term = size_t(T) * H * hd;
-    MOESERVE_CUDA_CHECK(cuda::bf16_permute16(o_, T, H * hd, H * hd, xb, st, terms >= 2 ? xb + term : nullptr,
-                                             terms == 3 ? xb + 2 * term : nullptr));
-    MOESERVE_CUDA_CHECK(cuda::gemm_bf16_fp8w_skinny(xb, T, G, static_cast<const uint8_t*>(wa.w), wa.blk_scale,
-                                                    wa.blk_ld, olora, group_in, grouped_, G * olora, work, wsn, st,
-                                                    terms));
+    skinny_bf16_fp8w(wa, o_, T, H * hd, G, olora, group_in, bf16_terms_, grouped_, G * olora, 105);
   } else if (options_.exact || T <= kSkinnyRows) {
     cuda::GemvArgs a = cuda::gemv_args_on_slices(G, olora, group_in, o_, grouped_, T);  // H * hd = G * group_in
     set_weights(a, wa, olora, group_in);  // group g: rows [g*olora, (g+1)*olora) of wo_a

@@ -110,6 +110,11 @@ class GpuModel {
   void linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
               bool fp32_input = false);
   void lt_check(const GemmView& v, const float* x, int M, int ldx, const float* y, int ldy, cudaStream_t st);
+  // y = x W^T on BF16 tensor cores, the FP8 weight w converted in registers (gemm_bf16_fp8w_skinny): `problems`
+  // side by side (problem p: x columns [p K, (p + 1) K), w rows [p N, (p + 1) N)), x fp32 [M][ldx] as `terms` bf16
+  // terms. Scratch: bufs_[buf] and bufs_[buf + 1].
+  void skinny_bf16_fp8w(const GemmView& w, const float* x, int M, int ldx, int problems, int N, int K, int terms,
+                        float* y, int ldy, int buf);
   float* tmp_f32(size_t n);
   cuda::BatchDesc batch_desc(const Plan& p) const;
   // Concurrent branches (GpuOptions::concurrent_branches): fork(i) sends the work issued next to side stream i,
