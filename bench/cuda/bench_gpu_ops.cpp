@@ -167,7 +167,7 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
       });
       report("wgmma fp8 skinny (+quant)", shape, us, bytes, flops, kFp8, false);
     }
-    if (M >= (fp8 ? 8 : 32)) {  // cuBLASLt with the activation conversion it needs
+    if (M >= (fp8 ? 8 : 2)) {  // cuBLASLt with the activation conversion it needs
       cuda::DeviceBuffer xa(size_t(M) * K * 2, "xa"), xs(size_t(M) * (K / 128 + 1) * 4, "xs");
       bool ok = true;
       const double us = time_us([&](int i) {
@@ -837,7 +837,6 @@ int main(int argc, char** argv) {
               "TFLOP/s", "roof us", "roof%");
   MOESERVE_CUDA_CHECK(cudaStreamCreate(&st));
   cuda::Blas blas;
-  const std::vector<int> dec = {1, 8, 32, 64};
   // V4-Flash (D 4096, H 64, q_lora 1024, o 8x1024, I 2048) and V4-Pro (D 7168, H 128, q_lora 1536, o 16x1024, I 3072).
   struct Lin { const char* model; const char* name; int N, K; };
   for (Lin l : {Lin{"flash", "wq_a", 1024, 4096}, Lin{"flash", "wq_b", 32768, 1024}, Lin{"flash", "wkv", 512, 4096},
@@ -845,11 +844,13 @@ int main(int argc, char** argv) {
                 Lin{"flash", "indexer wq_b", 8192, 1024}, Lin{"pro", "wq_b", 65536, 1536}, Lin{"pro", "wo_b", 7168, 16384}}) {
     bench_linear(l.model, l.name, l.N, l.K, true, blas, {1, 2, 4, 8, 16, 32, 64});
   }
-  bench_linear("flash", "wo_a group (bf16)", 1024, 4096, false, blas, dec);
+  bench_linear("flash", "wo_a group (bf16)", 1024, 4096, false, blas, {1, 2, 4, 8, 32, 64});
   bench_grouped_linear("flash", "wo_a (fp8, 8 groups)", 8, 1024, 4096, {1, 2, 4, 8, 16, 32, 64});
   bench_grouped_linear("pro", "wo_a (fp8, 16 groups)", 16, 1024, 4096, {1, 8, 32});
-  bench_linear("flash", "compressor C4 (bf16)", 2048, 4096, false, blas, {1, 8, 32});
-  bench_linear("flash", "head (bf16)", 129280, 4096, false, blas, {1, 8});
+  bench_linear("flash", "compressor C4 (bf16)", 2048, 4096, false, blas, {1, 2, 4, 8, 32});
+  bench_linear("flash", "gate (bf16)", 256, 4096, false, blas, {1, 2, 4, 8});
+  bench_linear("flash", "indexer weights (bf16)", 64, 4096, false, blas, {1, 2, 8});
+  bench_linear("flash", "head (bf16)", 129280, 4096, false, blas, {1, 2, 4, 8});
   for (int M : {4096, 16384, 32768}) {  // prefill GEMMs through cuBLASLt
     bench_linear("flash", "wq_b", 32768, 1024, true, blas, {M});
     bench_linear("flash", "shared w13", 4096, 4096, true, blas, {M});

@@ -137,6 +137,11 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
     check(v == "0" || v == "1" || v == "wide", "MOESERVE_BF16_LT='{}': expected 0, 1 or wide", v);
     bf16_lt_min_n_ = v == "0" ? INT_MAX : v == "wide" ? 64 : 0;
   }
+  // MOESERVE_BF16_LT_ROWS=n: BF16 linears of n rows and more take cuBLASLt (on the input's bf16 terms).
+  if (const char* e = std::getenv("MOESERVE_BF16_LT_ROWS")) {
+    bf16_lt_rows_ = std::atoi(e);
+    check(bf16_lt_rows_ >= 1, "MOESERVE_BF16_LT_ROWS='{}': expected a row count of at least 1", e);
+  }
   if (const char* e = std::getenv("MOESERVE_BF16_TERMS")) {
     const std::string v = e;
     check(v == "1" || v == "2" || v == "3", "MOESERVE_BF16_TERMS='{}': expected 1, 2 or 3", v);
@@ -418,6 +423,16 @@ bool GpuModel::skinny_fp8_preferred(int M, int N, int K) {
   return M <= 32 || elements < (int64_t(8) << 20);
 }
 
+// BF16 linears (fp32 input as bf16 terms): cuBLASLt past 8 rows, and from 2 rows where rows x weight elements reach
+// 32M. bench_gpu_ops linear on the H200, three terms against the fp32 GEMV (docs/benchmarks/cuda-ops.md, twenty-ninth
+// session): the 1 GB head 257 / 265 / 276 against 364 / 719 / 1029 us at 2 / 4 / 8 rows; the C4 compressor (8M
+// weights) 10.4 against 12.8 at 4 rows, 10.5 against 7.5 at 2; the gate (1M) keeps the GEMV (7.8 against 4.2 at 8).
+// MOESERVE_BF16_LT_ROWS=n moves the rows from which every BF16 linear takes cuBLASLt (tests force the path with 2).
+bool GpuModel::bf16_lt_preferred(int M, int N, int K) const {
+  if (M > kSkinnyRows || M >= bf16_lt_rows_) return true;
+  return M >= 2 && int64_t(M) * N * K >= (int64_t(32) << 20);
+}
+
 // MOESERVE_LT_SYNC diagnostic: a BF16 linear's output against a double product on the host (fp32 input, the stored
 // bf16 weights), printed per call.
 void GpuModel::lt_check(const GemmView& v, const float* x, int M, int ldx, const float* y, int ldy, cudaStream_t st) {
@@ -507,12 +522,13 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
       if (v.type == WeightType::BF16) lt_check(v, x, M, ldx, y, ldy, st);
     }
   };
-  // Exact kernels (reference numerics): BF16 linears past 8 rows take the same GEMM on the input's three bf16 terms
-  // (exact products, as in the fp32 GEMV, which ran at 15-24 % of its roofline there: the 1 GB head at 8 rows
-  // 1037 us; docs/benchmarks/cuda-ops.md, twenty-eighth session).
+  // Exact kernels (reference numerics): BF16 linears on cuBLASLt (bf16_lt_preferred) take the same GEMM on the
+  // input's three bf16 terms (exact products, as in the fp32 GEMV, which ran at 15-24 % of its roofline past 8 rows;
+  // docs/benchmarks/cuda-ops.md, twenty-eighth session).
   const bool exact_lt = options_.exact && exact_skinny_ && !sim && v.type == WeightType::BF16;
-  if ((!options_.exact || exact_lt) && M > kSkinnyRows) {
-    if (v.type == WeightType::BF16 && v.N >= bf16_lt_min_n_) {
+  const bool bf16_lt = v.type == WeightType::BF16 && v.N >= bf16_lt_min_n_;
+  if ((!options_.exact || exact_lt) && (bf16_lt ? bf16_lt_preferred(M, v.N, K) : M > kSkinnyRows)) {
+    if (bf16_lt) {
       const float* xin;
       int ld;
       input(&xin, &ld);
@@ -525,16 +541,21 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
       // the terms are stacked as rows of one GEMM (one pass over the weight: the head's is 1 GB; gemm_bf16_terms).
       const int terms = options_.exact ? 3 : fp32_input ? bf16_terms_ : 1;
       const size_t term = size_t(M) * K;
-      auto* xb = static_cast<uint16_t*>(bufs_[101].get(term * terms * 2, &generation_));
+      // Decode-sized steps run the compressors and the indexer weights concurrently on side streams: each stream
+      // has its own terms, parts and cuBLASLt workspace.
+      const int side = cur_side();
+      const int terms_buf = side == kSides ? 101 : 170 + 2 * side, parts_buf = side == kSides ? 109 : 171 + 2 * side;
+      auto* xb = static_cast<uint16_t*>(bufs_[terms_buf].get(term * terms * 2, &generation_));
       if (terms > 1)
         MOESERVE_CUDA_CHECK(
             cuda::to_bf16_split(xin, M, K, ld, xb, xb + term, st, terms == 3 ? xb + 2 * term : nullptr));
       else
         MOESERVE_CUDA_CHECK(cuda::to_bf16(xin, M, K, ld, xb, st));
       float* parts = terms > 1 && M <= cuda::Blas::kStackedRows
-                         ? static_cast<float*>(bufs_[109].get(size_t(terms) * M * v.N * 4, &generation_))
+                         ? static_cast<float*>(bufs_[parts_buf].get(size_t(terms) * M * v.N * 4, &generation_))
                          : nullptr;
-      if (blas_.gemm_bf16_terms(xb, terms, static_cast<const uint16_t*>(v.w), y, M, v.N, K, ldy, parts, st)) {
+      if (blas_.gemm_bf16_terms(xb, terms, static_cast<const uint16_t*>(v.w), y, M, v.N, K, ldy, parts, st,
+                                side == kSides ? 0 : 1 + side)) {
         lt_done();
         return;
       }

@@ -106,7 +106,8 @@ class GpuModel {
   void moe_mxfp4(const GpuMxfp4Experts& experts, int T, int K, float limit, const float* x, const cuda::RouteLogits* route,
                  const std::function<void()>& after_glue = {});
   // fp32_input: the reference (or the CPU engine) computes this linear on an fp32 input (router gate,
-  // compressors, indexer weights, head, wo_a): past 8 rows its BF16 GEMM takes x as bf16 terms (bf16_terms_).
+  // compressors, indexer weights, head, wo_a): on cuBLASLt (bf16_lt_preferred) its BF16 GEMM takes x as bf16 terms
+  // (bf16_terms_).
   void linear(const GemmView& v, const float* x, int M, int ldx, float* y, int ldy, bool act_quant,
               bool fp32_input = false);
   void lt_check(const GemmView& v, const float* x, int M, int ldx, const float* y, int ldy, cudaStream_t st);
@@ -150,6 +151,7 @@ class GpuModel {
   bool skinny_linear_ = true, skinny_wo_a_ = true, skinny_experts_ = true;
   int bf16_lt_min_n_ = 0;  // BF16 linears of fewer outputs take the GEMV (MOESERVE_BF16_LT)
   int bf16_terms_ = 3;     // bf16 terms of an fp32 input to a BF16 linear past 8 rows (MOESERVE_BF16_TERMS)
+  int bf16_lt_rows_ = 9;   // BF16 linears of this many rows and more take cuBLASLt (MOESERVE_BF16_LT_ROWS)
   bool lt_sync_ = false;   // MOESERVE_LT_SYNC
   bool fp8_lt_ = true;     // FP8 linears past 8 rows on cuBLASLt (MOESERVE_FP8_LT)
   bool exact_skinny_ = true;  // exact kernels: linears of 2+ rows on tensor cores, fp32 input as 3 bf16 terms
@@ -176,6 +178,7 @@ class GpuModel {
   // 140.5 us; at B=8 / B=32 the tensor cores save 4 / 17 us; docs/benchmarks/cuda-ops.md, eighteenth session).
   int idx_bf16_min_t_ = 2;
   static bool skinny_fp8_preferred(int M, int N, int K);
+  bool bf16_lt_preferred(int M, int N, int K) const;  // BF16 linears on cuBLASLt rather than the GEMV
 
   // Workspace (grow-only; a growth invalidates captured graphs).
   struct Buf {

@@ -123,13 +123,13 @@ struct LtPlan {
   bool ok = false;
 };
 
-// Plans are cached by (kind, M, N, K); the scale pointers are set per call.
+// Plans are cached by (kind, M, N, K, ldy, workspace size); the scale pointers are set per call.
 std::mutex plan_mutex;
-std::map<std::tuple<int, int, int, int, int>, LtPlan> plans;
+std::map<std::tuple<int, int, int, int, int, size_t>, LtPlan> plans;
 
 LtPlan& plan_for(cublasLtHandle_t h, int kind, int M, int N, int K, int ldy, size_t workspace) {
   std::lock_guard<std::mutex> lock(plan_mutex);
-  auto key = std::make_tuple(kind, M, N, K, ldy);
+  auto key = std::make_tuple(kind, M, N, K, ldy, workspace);
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
   LtPlan p;
@@ -173,50 +173,62 @@ Blas::Blas() {
   cublasLtHandle_t h = nullptr;
   lt_check(cublasLtCreate(&h), "Create");
   handle_ = h;
-  workspace_bytes_ = 64u << 20;
-  MOESERVE_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+  size_t bytes;
+  workspace(0, &bytes);
 }
 
 Blas::~Blas() {
-  if (workspace_) cudaFree(workspace_);
+  for (void* w : workspaces_)
+    if (w) cudaFree(w);
   if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
+void* Blas::workspace(int slot, size_t* bytes) {
+  check(slot >= 0 && slot < kSlots, "cuBLASLt workspace slot {}: expected 0..{}", slot, kSlots - 1);
+  *bytes = slot == 0 ? size_t(64) << 20 : size_t(16) << 20;
+  if (!workspaces_[slot]) MOESERVE_CUDA_CHECK(cudaMalloc(&workspaces_[slot], *bytes));
+  return workspaces_[slot];
+}
+
 bool Blas::gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int M, int N, int K, int ldy,
-                     cudaStream_t stream, bool accumulate) {
+                     cudaStream_t stream, bool accumulate, int slot) {
   auto h = static_cast<cublasLtHandle_t>(handle_);
-  LtPlan& p = plan_for(h, 0, M, N, K, ldy, workspace_bytes_);
+  size_t bytes;
+  void* ws = workspace(slot, &bytes);
+  LtPlan& p = plan_for(h, 0, M, N, K, ldy, bytes);
   if (!p.ok) return false;
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  cublasStatus_t st = cublasLtMatmul(h, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, workspace_,
-                                     workspace_bytes_, stream);
+  cublasStatus_t st =
+      cublasLtMatmul(h, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, ws, bytes, stream);
   lt_check(st, "Matmul (bf16)");
   return true;
 }
 
 bool Blas::gemm_bf16_terms(const uint16_t* terms, int nterms, const uint16_t* w, float* y, int M, int N, int K,
-                           int ldy, float* parts, cudaStream_t stream) {
+                           int ldy, float* parts, cudaStream_t stream, int slot) {
   if (nterms > 1 && M <= kStackedRows) {
-    if (!gemm_bf16(terms, w, parts, nterms * M, N, K, N, stream)) return false;
+    if (!gemm_bf16(terms, w, parts, nterms * M, N, K, N, stream, false, slot)) return false;
     MOESERVE_CUDA_CHECK(add_parts(parts, nterms, size_t(M) * N, M, N, N, y, ldy, stream));
     return true;
   }
   for (int t = 0; t < nterms; ++t)
-    if (!gemm_bf16(terms + size_t(t) * M * K, w, y, M, N, K, ldy, stream, /*accumulate=*/t > 0)) return false;
+    if (!gemm_bf16(terms + size_t(t) * M * K, w, y, M, N, K, ldy, stream, /*accumulate=*/t > 0, slot)) return false;
   return true;
 }
 
 bool Blas::gemm_fp8_block(const uint8_t* x, const float* x_scales, const uint8_t* w, const float* w_scales, float* y,
                           int M, int N, int K, int ldy, cudaStream_t stream) {
   auto h = static_cast<cublasLtHandle_t>(handle_);
-  LtPlan& p = plan_for(h, 1, M, N, K, ldy, workspace_bytes_);
+  size_t bytes;
+  void* ws = workspace(0, &bytes);
+  LtPlan& p = plan_for(h, 1, M, N, K, ldy, bytes);
   if (!p.ok) return false;
   std::lock_guard<std::mutex> lock(plan_mutex);  // the scale pointers live in the shared descriptor
   cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales));
   cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales));
   const float alpha = 1.0f, beta = 0.0f;
-  cublasStatus_t st = cublasLtMatmul(h, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, workspace_,
-                                     workspace_bytes_, stream);
+  cublasStatus_t st =
+      cublasLtMatmul(h, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, ws, bytes, stream);
   lt_check(st, "Matmul (fp8 block-scaled)");
   return true;
 }

@@ -86,17 +86,20 @@ class Blas {
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
 
+  // Workspaces: slot 0 (64 MB, every call's default) and, for calls that may run concurrently with it on other
+  // streams, slots 1..kSlots-1 (16 MB each, allocated at their first use, which must be outside graph capture).
+  static constexpr int kSlots = 8;
   // BF16 x BF16 -> fp32 (fp32 accumulation); accumulate: y += instead of y =. Returns false when cuBLASLt has
   // no algorithm for the shape.
   bool gemm_bf16(const uint16_t* x, const uint16_t* w, float* y, int M, int N, int K, int ldy, cudaStream_t stream,
-                 bool accumulate = false);
+                 bool accumulate = false, int slot = 0);
   // y = x W^T for an fp32 x given as `nterms` bf16 terms (to_bf16_split's hi, lo, lo2: [nterms][M][K] back to
   // back; one term is a plain gemm_bf16). Up to kStackedRows rows the terms are stacked as the nterms x M rows of
   // one GEMM (one pass over W) into `parts` ([nterms][M][N]) and added in order (add_parts); past that, one GEMM
   // per term, each after the first accumulating into y. False when cuBLASLt has no algorithm for a shape.
   static constexpr int kStackedRows = 64;
   bool gemm_bf16_terms(const uint16_t* terms, int nterms, const uint16_t* w, float* y, int M, int N, int K, int ldy,
-                       float* parts, cudaStream_t stream);
+                       float* parts, cudaStream_t stream, int slot = 0);
   // FP8 e4m3 with DeepSeek block scaling: activations 1x128 (x_scales [K/128][M]), weights 128x128
   // (w_scales [ceil(N/128)][ld = round_up(K/128, 4)]). fp32 out. False when unsupported.
   bool gemm_fp8_block(const uint8_t* x, const float* x_scales, const uint8_t* w, const float* w_scales, float* y,
@@ -104,9 +107,10 @@ class Blas {
   void* handle() const { return handle_; }
 
  private:
+  void* workspace(int slot, size_t* bytes);
+
   void* handle_ = nullptr;
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 0;
+  void* workspaces_[kSlots] = {};
 };
 
 }  // namespace moeserve::cuda

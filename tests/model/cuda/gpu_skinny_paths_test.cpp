@@ -98,7 +98,33 @@ TEST(GpuSkinnyPaths, ExactKernelsTensorCoreLinearsTrackTheCpuReference) {
     EXPECT_LE(d_gemv, 1e-3f) << "chunk " << chunk;
     // The two runs sum in different orders, so some logit differs: the tensor-core path did run.
     EXPECT_GT(between, 0.0f) << "chunk " << chunk << ": the exact skinny path did not run";
+    if (chunk > 8) continue;
+    // BF16 linears of 2-8 rows take cuBLASLt where rows x weights reach 32M (the head); this model's are smaller,
+    // so MOESERVE_BF16_LT_ROWS=2 sends them all there.
+    setenv("MOESERVE_BF16_LT_ROWS", "2", 1);
+    const Tensor lt = engine::all_logits_cuda(*model, ids, chunk, ref, {true, false});
+    unsetenv("MOESERVE_BF16_LT_ROWS");
+    const float d_lt = testing::max_abs_diff(lt, cpu), lt_between = testing::max_abs_diff(lt, tc);
+    std::printf("  exact kernels, chunk %lld, BF16 linears on cuBLASLt: max |gpu - cpu| = %.3g; against the GEMV's "
+                "BF16 linears %.3g\n",
+                (long long)chunk, d_lt, lt_between);
+    EXPECT_LE(d_lt, 1e-3f) << "chunk " << chunk;
+    EXPECT_GT(lt_between, 0.0f) << "chunk " << chunk << ": the BF16 linears did not take cuBLASLt";
   }
+}
+
+// The fast kernels' BF16 linears (gate, compressors, indexer weights) of 2-8 rows on cuBLASLt, as the head and the
+// compressors of the real models take them (bf16_lt_preferred), forced here for the test model's smaller ones by
+// MOESERVE_BF16_LT_ROWS=2. Decode-sized chunks run the compressors and the indexer weights concurrently on side
+// streams, each with its own scratch and cuBLASLt workspace. The control is the GEMV (MOESERVE_BF16_LT=0).
+TEST(GpuSkinnyPaths, Bf16LinearsOfFewRowsOnCuBlasLtTrackTheCpuReference) {
+  SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  auto model = widened_fp8_model(dir);
+  setenv("MOESERVE_BF16_LT_ROWS", "2", 1);
+  testing::expect_gpu_tracks_checkpoint_numerics(*model, 64, 7, 32, {8, 3}, "BF16 linears on cuBLASLt",
+                                                 "MOESERVE_BF16_LT");
+  unsetenv("MOESERVE_BF16_LT_ROWS");
 }
 
 }  // namespace
