@@ -653,20 +653,26 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
 }
 
 // ---------------------------------------------------------------------------------- per-layer decode step
-// Routed experts FP8 (1 byte per weight) or MXFP4 (1/2 + 1/32: e2m1 plus one E8M0 per 32).
+// Weights and KV a decode step touches per layer. FP8 weights: 1 byte each plus an fp32 scale per 128 x 128 block;
+// routed experts FP8 or MXFP4 (1/2 + 1/32: e2m1 plus one E8M0 per 32); BF16 the router, compressors and indexer
+// weights; fp32 the two mHC sites' mixing weights (fn [24, 4D]: 3.1 MB a layer for V4-Flash, counted since the
+// twenty-ninth session). Norm weights, sinks and biases (a few KB) are left out, as are activations.
 double layer_roofline_bytes(const io::ModelConfig& c, int B, int ctx, bool c4, bool mxfp4, double* kv_bytes) {
   const double D = double(c.hidden_size), H = double(c.num_heads), hd = double(c.head_dim), ql = double(c.q_lora_rank);
   const double G = double(c.o_groups), ol = double(c.o_lora_rank), E = double(c.n_routed_experts), I = double(c.moe_intermediate_size);
-  double w = ql * D + H * hd * ql + hd * D + G * ol * D;  // fp8: wq_a, wq_b, wkv, wo_b
-  w += G * ol * (H * hd / G);                              // wo_a fp8 (as quantized checkpoints store it)
-  w += 3 * I * D;                                          // shared expert fp8
-  w += E * D * 2;                                          // router bf16
+  const double fp8 = 1.0 + 4.0 / (128 * 128);                // a byte per weight and its block's scale
+  double w8 = ql * D + H * hd * ql + hd * D + G * ol * D;    // wq_a, wq_b, wkv, wo_b
+  w8 += G * ol * (H * hd / G);                               // wo_a (as quantized checkpoints store it)
+  w8 += 3 * I * D;                                           // shared expert
+  double w = w8 * fp8;
+  w += E * D * 2;                                            // router bf16
+  w += 2 * double(c.hc_mix()) * double(c.hc_mult) * D * 4;   // the two mHC sites' fn, fp32
   const double active = E * (1.0 - std::pow(1.0 - 6.0 / E, B));
-  w += active * 3 * I * D * (mxfp4 ? 0.53125 : 1.0);       // routed experts
-  double kv = B * 128 * hd * 4;                            // window (fp32 pool)
+  w += active * 3 * I * D * (mxfp4 ? 0.53125 : fp8);         // routed experts
+  double kv = B * 128 * hd * 4;                              // window (fp32 pool)
   if (c4) {
-    w += 2 * (2 * hd) * D * 2 + 2 * (2 * 128) * D * 2;     // compressor + indexer compressor (bf16)
-    w += double(c.index_n_heads) * 128 * ql + double(c.index_n_heads) * D * 2;
+    w += 2 * (2 * hd) * D * 2 + 2 * (2 * 128) * D * 2;       // compressor + indexer compressor (bf16)
+    w += double(c.index_n_heads) * 128 * ql * fp8 + double(c.index_n_heads) * D * 2;
     kv += B * (double(c.index_topk) * hd * 4 + ctx / 4.0 * 128 * 4);
   } else {
     w += 2 * hd * D * 2;
