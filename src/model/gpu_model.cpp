@@ -542,17 +542,16 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
       const int terms = options_.exact ? 3 : fp32_input ? bf16_terms_ : 1;
       const size_t term = size_t(M) * K;
       // Decode-sized steps run the compressors and the indexer weights concurrently on side streams: each stream
-      // has its own terms, parts and cuBLASLt workspace.
+      // has its own terms, parts (bufs_[170 + 2 side] and the next one) and cuBLASLt workspace.
       const int side = cur_side();
-      const int terms_buf = side == kSides ? 101 : 170 + 2 * side, parts_buf = side == kSides ? 109 : 171 + 2 * side;
-      auto* xb = static_cast<uint16_t*>(bufs_[terms_buf].get(term * terms * 2, &generation_));
+      auto* xb = static_cast<uint16_t*>(bufs_[170 + 2 * side].get(term * terms * 2, &generation_));
       if (terms > 1)
         MOESERVE_CUDA_CHECK(
             cuda::to_bf16_split(xin, M, K, ld, xb, xb + term, st, terms == 3 ? xb + 2 * term : nullptr));
       else
         MOESERVE_CUDA_CHECK(cuda::to_bf16(xin, M, K, ld, xb, st));
       float* parts = terms > 1 && M <= cuda::Blas::kStackedRows
-                         ? static_cast<float*>(bufs_[parts_buf].get(size_t(terms) * M * v.N * 4, &generation_))
+                         ? static_cast<float*>(bufs_[171 + 2 * side].get(size_t(terms) * M * v.N * 4, &generation_))
                          : nullptr;
       if (blas_.gemm_bf16_terms(xb, terms, static_cast<const uint16_t*>(v.w), y, M, v.N, K, ldy, parts, st,
                                 side == kSides ? 0 : 1 + side)) {

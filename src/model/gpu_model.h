@@ -150,7 +150,7 @@ class GpuModel {
   // and comparisons, MOESERVE_FP8_SKINNY=0 turns them off and a comma list (linear, wo_a, experts) keeps those.
   bool skinny_linear_ = true, skinny_wo_a_ = true, skinny_experts_ = true;
   int bf16_lt_min_n_ = 0;  // BF16 linears of fewer outputs take the GEMV (MOESERVE_BF16_LT)
-  int bf16_terms_ = 3;     // bf16 terms of an fp32 input to a BF16 linear past 8 rows (MOESERVE_BF16_TERMS)
+  int bf16_terms_ = 3;     // bf16 terms of an fp32 input to a BF16 linear on cuBLASLt (MOESERVE_BF16_TERMS)
   int bf16_lt_rows_ = 9;   // BF16 linears of this many rows and more take cuBLASLt (MOESERVE_BF16_LT_ROWS)
   bool lt_sync_ = false;   // MOESERVE_LT_SYNC
   bool fp8_lt_ = true;     // FP8 linears past 8 rows on cuBLASLt (MOESERVE_FP8_LT)
