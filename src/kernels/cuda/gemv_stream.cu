@@ -26,7 +26,7 @@ constexpr int kRowsU = kStreamRows;  // weight rows per unit (one warp)
 constexpr int kIt = kStreamIt;       // 16-byte loads per lane, row and unit
 
 template <bool FP8, bool ACT8>
-__global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, int WQ) {
+__global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, int WQ, bool after_x) {
   constexpr int VEC = FP8 ? 16 : 8;           // weights per 16-byte load
   constexpr int kBytes = FP8 ? 1 : 2;
   constexpr int kUnitK = 32 * VEC * kIt;      // k per unit
@@ -69,11 +69,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
   Unit cur, nxt;
   if (!grouped && q < quads) load(q, ks, cur);
   pdl_wait();
-  // Dense problems let the next kernel launch now. Groups (a decode step's experts) let it launch as their blocks
-  // finish, which measured faster on the routed MoE at one token; for the dense GEMVs of a layer, releasing late
-  // cost 1.5 us at batch 1 (docs/benchmarks/cuda-ops.md, sixteenth session).
+  // Dense problems let the next kernel launch once x is staged (after_x; at the wait before): the next kernel's
+  // weight loads, issued as soon as it launches, otherwise queue ahead of this kernel's x reads. On the H200 that
+  // took the V4-Flash batch-1 layer from 144.3 to 141.4 us (FP8 experts) and from 138.0 to 134.8 us (MXFP4 experts),
+  // though a chain of this GEMV alone reads it as a loss: up to 0.55 us on the 1-4 MB rows, ~0.1 us on the 8.4 MB
+  // ones (docs/benchmarks/cuda-ops.md, thirtieth session). Groups (a decode step's experts) let it launch as their
+  // blocks finish, which measured faster on the routed MoE at one token; for the dense GEMVs of a layer, releasing
+  // at the kernel's end cost 1.5 us at batch 1 (sixteenth session).
   if (!grouped) {
-    pdl_release();
+    if (!after_x) pdl_release();
   } else {
     if (p >= *a.num_groups) return;  // block-uniform, after the wait (which keeps the kernel ordering transitive)
     const int e = a.group_expert[p], row = a.group_offset[p];
@@ -87,6 +91,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
   // Stage x (the FP8 activation simulation per 128 values first, fp8_block_sim's arithmetic).
   stage_x_interleaved<VEC, ACT8>(x, K, xs4);
   __syncthreads();
+  if (!grouped && after_x) pdl_release();
 
   // One accumulator per row and load slot: a lane's sums are chains of at most VEC + K / (32 * VEC * kIt) + 1
   // additions before the 5-level warp tree (ops_gemm_gpu_test's tolerance assumes under 64).
@@ -154,7 +159,11 @@ cudaError_t launch_stream(const GemvArgs& a, cudaStream_t stream) {
   const int blocks = std::max(a.problems, per_sm * sm_count() - std::max(0, a.leave_sms));
   const int per_problem = std::max(1, (blocks + a.problems - 1) / a.problems);
   const dim3 grid(std::min(blocks_wanted, per_problem), a.problems);
-  return dev::launch(gemv_stream_kernel<FP8, ACT8>, grid, dim3(kThreads), size_t(a.K) * 4, stream, a, wq);
+  static const bool after_x = [] {  // MOESERVE_GEMV_RELEASE_AFTER_X=0: released at the wait (A/B runs)
+    const char* e = std::getenv("MOESERVE_GEMV_RELEASE_AFTER_X");
+    return !(e && std::string(e) == "0");
+  }();
+  return dev::launch(gemv_stream_kernel<FP8, ACT8>, grid, dim3(kThreads), size_t(a.K) * 4, stream, a, wq, after_x);
 }
 
 }  // namespace
