@@ -139,6 +139,16 @@ int gemv_stream_blocks_per_sm() {
   return n;
 }
 
+// Whether dense problems release the next kernel once x is staged (the kernel's after_x; default on), or at the
+// wait (MOESERVE_GEMV_RELEASE_AFTER_X=0, for A/B runs).
+bool gemv_stream_release_after_x() {
+  static const bool on = [] {
+    const char* e = std::getenv("MOESERVE_GEMV_RELEASE_AFTER_X");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
 template <bool FP8, bool ACT8>
 cudaError_t launch_stream(const GemvArgs& a, cudaStream_t stream) {
   static const bool configured = [] {
@@ -159,11 +169,8 @@ cudaError_t launch_stream(const GemvArgs& a, cudaStream_t stream) {
   const int blocks = std::max(a.problems, per_sm * sm_count() - std::max(0, a.leave_sms));
   const int per_problem = std::max(1, (blocks + a.problems - 1) / a.problems);
   const dim3 grid(std::min(blocks_wanted, per_problem), a.problems);
-  static const bool after_x = [] {  // MOESERVE_GEMV_RELEASE_AFTER_X=0: released at the wait (A/B runs)
-    const char* e = std::getenv("MOESERVE_GEMV_RELEASE_AFTER_X");
-    return !(e && std::string(e) == "0");
-  }();
-  return dev::launch(gemv_stream_kernel<FP8, ACT8>, grid, dim3(kThreads), size_t(a.K) * 4, stream, a, wq, after_x);
+  return dev::launch(gemv_stream_kernel<FP8, ACT8>, grid, dim3(kThreads), size_t(a.K) * 4, stream, a, wq,
+                     gemv_stream_release_after_x());
 }
 
 }  // namespace
