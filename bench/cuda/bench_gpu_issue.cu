@@ -4,7 +4,8 @@
 // cvt.rn.f16x2.e4m3x2, so its rate may be what bounds them). Each thread runs 8 independent chains of one
 // instruction (every result feeds the next one of its chain), one block of 1024 threads per SM; the cycles are the
 // block's clock64 difference between two barriers. Printed: results per clock per SM (a packed x2 instruction counts
-// one result per 32-bit register), against the 128 lanes per clock an SM issues.
+// one result per 32-bit register), against the 128 lanes per clock an SM issues; and each instruction's latency:
+// one warp per SM running one chain, cycles per step.
 // Usage: bench_gpu_issue
 #include <cuda_runtime.h>
 
@@ -55,7 +56,7 @@ __device__ __forceinline__ uint32_t step(uint32_t r) {
   return d;
 }
 
-template <int OP>
+template <int OP, int kChains>
 __global__ void __launch_bounds__(kThreads, 1) issue_kernel(long long* cycles, uint32_t* sink) {
   uint32_t r[kChains];
 #pragma unroll
@@ -75,23 +76,25 @@ __global__ void __launch_bounds__(kThreads, 1) issue_kernel(long long* cycles, u
   if (acc == 0x9E3779B9u) sink[0] = acc;  // keeps the chains live
 }
 
-template <int OP>
-double results_per_clock(int sms, long long* cycles, uint32_t* sink) {
-  issue_kernel<OP><<<sms, kThreads>>>(cycles, sink);  // warm-up
-  issue_kernel<OP><<<sms, kThreads>>>(cycles, sink);
+// threads per SM and chains per thread: kThreads x kChains for the rate; one warp of one chain for the latency.
+template <int OP, int CHAINS = kChains>
+double results_per_clock(int sms, long long* cycles, uint32_t* sink, int threads = kThreads) {
+  issue_kernel<OP, CHAINS><<<sms, threads>>>(cycles, sink);  // warm-up
+  issue_kernel<OP, CHAINS><<<sms, threads>>>(cycles, sink);
   MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<long long> c(static_cast<size_t>(sms), 0);
   MOESERVE_CUDA_CHECK(cudaMemcpy(c.data(), cycles, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
   double mean = 0;
   for (long long v : c) mean += double(v) / sms;
-  return double(kThreads) * kChains * kIters / mean;
+  return double(threads) * CHAINS * kIters / mean;
 }
 
 template <int OP>
 void run_all(int sms, long long* cycles, uint32_t* sink) {
   if constexpr (OP < kOps) {
     const double r = results_per_clock<OP>(sms, cycles, sink);
-    std::printf("| %-36s | %8.1f | %8.2f |\n", kNames[OP], r, r / 4.0);
+    const double latency = 32.0 / results_per_clock<OP, 1>(sms, cycles, sink, 32);  // cycles per dependent step
+    std::printf("| %-36s | %8.1f | %8.2f | %7.1f |\n", kNames[OP], r, r / 4.0, latency);
     run_all<OP + 1>(sms, cycles, sink);
   }
 }
@@ -108,7 +111,7 @@ int main() {
   MOESERVE_CUDA_CHECK(cudaMalloc(&sink, sizeof(uint32_t)));
   std::printf("# bench_gpu_issue on %s (%d SMs): %d threads per SM, %d independent chains each; results per clock\n",
               info->name.c_str(), sms, kThreads, kChains);
-  std::printf("| instruction                          | per SM   | per SMSP |\n|---|---|---|\n");
+  std::printf("| instruction                          | per SM   | per SMSP | latency (cycles, one warp, one chain) |\n|---|---|---|---|\n");
   run_all<0>(sms, cycles, sink);
   MOESERVE_CUDA_CHECK(cudaFree(cycles));
   MOESERVE_CUDA_CHECK(cudaFree(sink));

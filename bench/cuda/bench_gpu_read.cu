@@ -69,6 +69,47 @@ __global__ void __launch_bounds__(kThreads) ldg_read_kernel(const uint4* src, si
   write_block_fold(acc, out);
 }
 
+// The streaming GEMV's read pattern (gemv_stream.cu, one warp per quad): rows of `row_bytes`, quads of 4 rows;
+// warp w of the grid walks quads w, w + warps, ...; a unit is 4 KB, each lane's next unit loaded before it folds
+// the current one. CONTIGUOUS false: a unit is the quad's k step ks, 1 KB of each of its 4 rows (the GEMV's
+// order); true: a unit is 4 KB of the quad in memory order (one 4 KB row when row_bytes is 4096).
+template <bool CONTIGUOUS>
+__global__ void __launch_bounds__(kThreads) quad_read_kernel(const uint8_t* src, size_t bytes, int row_bytes,
+                                                             uint32_t* out) {
+  const int lane = threadIdx.x & 31;
+  const size_t warps = size_t(gridDim.x) * (kThreads / 32);
+  const size_t quad_bytes = size_t(4) * row_bytes;
+  const size_t quads = bytes / quad_bytes;
+  const int units = row_bytes / 1024;  // units per quad
+  size_t q = size_t(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
+  int u = 0;
+  auto load = [&](size_t q, int u, uint4 (&v)[8]) {
+    const uint8_t* base = src + q * quad_bytes;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const size_t at = CONTIGUOUS ? size_t(u) * 4096 + size_t(j * 32 + lane) * 16
+                                   : size_t(j / 2) * row_bytes + size_t(u) * 1024 + size_t((j % 2) * 32 + lane) * 16;
+      v[j] = __ldg(reinterpret_cast<const uint4*>(base + at));
+    }
+  };
+  uint4 cur[8], nxt[8];
+  if (q < quads) load(q, u, cur);
+  pdl_begin(false);
+  uint32_t acc = 0;
+  while (q < quads) {
+    const int nu = u + 1 < units ? u + 1 : 0;
+    const size_t nq = u + 1 < units ? q : q + warps;
+    if (nq < quads) load(nq, nu, nxt);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc = fold(acc, cur[j]);
+    q = nq;
+    u = nu;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) cur[j] = nxt[j];
+  }
+  write_block_fold(acc, out);
+}
+
 constexpr int kMaxStages = 16;
 
 // Block b folds the contiguous slice [b * slice, (b + 1) * slice) of src (bytes, a multiple of 16), copied in
@@ -109,7 +150,7 @@ __global__ void __launch_bounds__(kThreads) bulk_read_kernel(const uint8_t* src,
 struct Variant {
   std::string name;
   int blocks_per_sm;
-  int unroll;  // ldg: loads per thread in flight; 0: bulk
+  int unroll;  // ldg: loads per thread in flight; 0: bulk; -1 / -2: the GEMV's quads, by k step / in memory order
   int stages, chunk_kb;
   bool early;
 };
@@ -147,6 +188,7 @@ int main() {
       {"bulk 12 x 8 KB, 1/SM, early", 1, 0, 12, 8, true}, {"bulk 3 x 16 KB, 2/SM, early", 2, 0, 3, 16, true},
       {"bulk 4 x 24 KB, 1/SM, early", 1, 0, 4, 24, true}, {"bulk 3 x 32 KB, 1/SM, late", 1, 0, 3, 32, false},
       {"bulk 3 x 16 KB, 2/SM, late", 2, 0, 3, 16, false},
+      {"gemv quads by k step, 2/SM, late", 2, -1, 0, 0, false}, {"gemv quads in order, 2/SM, late", 2, -2, 0, 0, false},
   };
   const std::vector<double> sizes_mb = {4.2, 8.4, 16.8, 33.6, 67.1};
   std::printf("| %-30s |", "variant");
@@ -157,7 +199,7 @@ int main() {
   for (const Variant& v : variants) {
     std::printf("| %-30s |", v.name.c_str());
     for (double mb : sizes_mb) {
-      const size_t bytes = size_t(mb * 1e6) / 4096 * 4096;
+      const size_t bytes = size_t(mb * 1e6) / 16384 * 16384;  // whole quads of 4 rows of 4 KB
       const int copies = int(pool_bytes / bytes);
       const int calls = copies < 64 ? copies : 64;
       const int blocks = v.blocks_per_sm * sms;
@@ -165,7 +207,10 @@ int main() {
       const size_t smem = size_t(v.stages) * v.chunk_kb * 1024;
       auto enqueue = [&](int i) {
         const uint8_t* src = pool + size_t(i % copies) * bytes;
-        if (v.unroll == 4)
+        if (v.unroll < 0)  // rows of 4096 bytes (V4-Flash's FP8 expert W13): the sizes are multiples of 4096
+          launch_kernel(v.unroll == -1 ? quad_read_kernel<false> : quad_read_kernel<true>, blocks, kThreads, 0, true, st,
+                        src, bytes, 4096, out);
+        else if (v.unroll == 4)
           launch_kernel(ldg_read_kernel<4>, blocks, kThreads, 0, true, st, reinterpret_cast<const uint4*>(src), bytes / 16, out, v.early);
         else if (v.unroll == 8)
           launch_kernel(ldg_read_kernel<8>, blocks, kThreads, 0, true, st, reinterpret_cast<const uint4*>(src), bytes / 16, out, v.early);
