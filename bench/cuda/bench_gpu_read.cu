@@ -7,6 +7,8 @@
 //                          U are issued before griddepcontrol.wait, as the streaming GEMV does with its first unit;
 //   bulk S x C KB, B/SM    one thread per block issues bulk copies (cp.async.bulk) of C KB into S stages of shared
 //                          memory, all S before the wait, refilling a stage when the block has read it;
+//   gemv quads, 2/SM       the streaming GEMV's units (4 rows x 1 KB per warp, the next in flight while one is
+//                          folded), by k step as the GEMV walks them or in memory order;
 //   early / late           griddepcontrol.launch_dependents at the kernel's start (the next launch may become
 //                          resident and issue its own reads while this one streams) or after the wait.
 // The folded words are checked against the host's fold of the same data (a kernel that skipped bytes fails).
