@@ -56,23 +56,23 @@ __device__ __forceinline__ uint32_t step(uint32_t r) {
   return d;
 }
 
-template <int OP, int kChains>
+template <int OP, int CHAINS>
 __global__ void __launch_bounds__(kThreads, 1) issue_kernel(long long* cycles, uint32_t* sink) {
-  uint32_t r[kChains];
+  uint32_t r[CHAINS];
 #pragma unroll
-  for (int j = 0; j < kChains; ++j) r[j] = 0x38383838u + uint32_t(threadIdx.x * kChains + j);
+  for (int j = 0; j < CHAINS; ++j) r[j] = 0x38383838u + uint32_t(threadIdx.x * CHAINS + j);
   __syncthreads();
   const long long t0 = clock64();
 #pragma unroll 4
   for (int i = 0; i < kIters; ++i)
 #pragma unroll
-    for (int j = 0; j < kChains; ++j) r[j] = step<OP>(r[j]);
+    for (int j = 0; j < CHAINS; ++j) r[j] = step<OP>(r[j]);
   __syncthreads();
   const long long t1 = clock64();
   if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
   uint32_t acc = 0;
 #pragma unroll
-  for (int j = 0; j < kChains; ++j) acc ^= r[j];
+  for (int j = 0; j < CHAINS; ++j) acc ^= r[j];
   if (acc == 0x9E3779B9u) sink[0] = acc;  // keeps the chains live
 }
 

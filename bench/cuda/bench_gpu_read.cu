@@ -209,7 +209,7 @@ int main() {
       const size_t smem = size_t(v.stages) * v.chunk_kb * 1024;
       auto enqueue = [&](int i) {
         const uint8_t* src = pool + size_t(i % copies) * bytes;
-        if (v.unroll < 0)  // rows of 4096 bytes (V4-Flash's FP8 expert W13): the sizes are multiples of 4096
+        if (v.unroll < 0)  // rows of 4096 bytes (V4-Flash's FP8 expert W13); the sizes are whole quads (16 KB)
           launch_kernel(v.unroll == -1 ? quad_read_kernel<false> : quad_read_kernel<true>, blocks, kThreads, 0, true, st,
                         src, bytes, 4096, out);
         else if (v.unroll == 4)
