@@ -24,6 +24,9 @@ if [ $# -eq 0 ]; then set -- base; fi
 source scripts/prebuilt-env.sh
 use_prebuilt "$PREBUILT"
 
+# shellcheck source=scripts/gpu-clocks.sh
+source scripts/gpu-clocks.sh
+clocks_start "$OUT/clocks_ab.csv"
 declare -A runs
 for ((r = 1; r <= ROUNDS; ++r)); do
   for cfg in "$@"; do
@@ -52,4 +55,6 @@ for cfg in "$@"; do
   med=$(for v in ${runs[$name]}; do echo "${v%%/*}"; done | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
   printf "%-16s B=1 median %8s us   runs:%s\n" "$name" "$med" "${runs[$name]}"
 done
+clocks_stop
+echo "clocks over all rounds: $(clocks_summary "$OUT/clocks_ab.csv")"
 bash scripts/pack-out.sh  # more than 8 files under $OUT would not all come back

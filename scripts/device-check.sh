@@ -32,13 +32,20 @@ if [ -x $BIN/test_gpu ]; then
   rows+=("test_gpu|rc=$rc|$summary")
   grep -E "FAILED|Failure" "$OUT/test_gpu.log" | head -20
 fi
+# shellcheck source=scripts/gpu-clocks.sh
+source scripts/gpu-clocks.sh
 for b in $BIN/bench_gpu_*; do
   [ -x "$b" ] || continue
   name=$(basename "$b")
   [[ "$name" =~ $FILTER ]] || continue
+  [ "$name" = bench_gpu_ops ] && clocks_start "$OUT/clocks_bench_gpu_ops.csv"  # the bars' run: its clocks too
   timeout 300 "$b" >"$OUT/$name.log" 2>&1
   rc=$?
   rows+=("$name|rc=$rc|$(tail -1 "$OUT/$name.log")")
+  if [ "$name" = bench_gpu_ops ]; then
+    clocks_stop
+    rows+=("  clocks during bench_gpu_ops||$(clocks_summary "$OUT/clocks_bench_gpu_ops.csv")")
+  fi
 done
 if [ -x "$BIN/bench_gpu_moe_w4a8" ] && [[ bench_gpu_moe_w4a8 =~ $FILTER ]]; then
   # W4A8 decode as the engine's decode chain launches it (settled counts: schedule and first weight stages before
