@@ -4,7 +4,9 @@
 # the clocks it ran at. nvidia-smi only reads them (the device tool's rule: leave the GPU's settings as they are).
 #   clocks_start FILE   sample SM clock, memory clock, power and temperature every 100 ms into FILE
 #   clocks_stop         end the sampling
-#   clocks_summary FILE one line: the SM clock's median, min and max in MHz, the median power and temperature
+#   clocks_summary FILE one line: the SM clock's median, min and max in MHz, the median power and temperature,
+#                       from the first sample at >= 90 % of the highest SM clock on (the idle samples before the
+#                       first kernel read 345 MHz on the H200)
 clocks_start() {
   nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 100 \
     >"$1" 2>/dev/null &
@@ -22,6 +24,10 @@ clocks_summary() {
       for (i = 2; i <= n; i++) { t = b[i]; for (j = i - 1; j >= 1 && b[j] > t; j--) b[j + 1] = b[j]; b[j + 1] = t }
       return b[int((n + 1) / 2)] }
     END { if (n == 0) { print "clocks: no samples"; exit }
+      top = sm[1]; for (i = 2; i <= n; i++) if (sm[i] > top) top = sm[i]
+      s = 1; while (sm[s] < 0.9 * top) s++
+      m = 0; for (i = s; i <= n; i++) { m++; sm[m] = sm[i]; mem[m] = mem[i]; pw[m] = pw[i]; tc[m] = tc[i] }
+      n = m
       lo = sm[1]; hi = sm[1]; for (i = 2; i <= n; i++) { if (sm[i] < lo) lo = sm[i]; if (sm[i] > hi) hi = sm[i] }
       printf "SM clock median %d MHz (min %d, max %d), memory %d MHz, power median %.0f W, %d C; %d samples\n",
         med(sm, n), lo, hi, med(mem, n), med(pw, n), med(tc, n), n }' "$1"
