@@ -28,7 +28,7 @@ clocks_summary() {
       s = 1; while (sm[s] < 0.9 * top) s++
       m = 0; for (i = s; i <= n; i++) { m++; sm[m] = sm[i]; mem[m] = mem[i]; pw[m] = pw[i]; tc[m] = tc[i] }
       n = m
-      lo = sm[1]; hi = sm[1]; for (i = 2; i <= n; i++) { if (sm[i] < lo) lo = sm[i]; if (sm[i] > hi) hi = sm[i] }
+      lo = sm[1]; for (i = 2; i <= n; i++) if (sm[i] < lo) lo = sm[i]
       printf "SM clock median %d MHz (min %d, max %d), memory %d MHz, power median %.0f W, %d C; %d samples\n",
-        med(sm, n), lo, hi, med(mem, n), med(pw, n), med(tc, n), n }' "$1"
+        med(sm, n), lo, top, med(mem, n), med(pw, n), med(tc, n), n }' "$1"
 }
