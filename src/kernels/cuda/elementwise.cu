@@ -40,34 +40,47 @@ __global__ void embed_kernel(const T* table, int D, const int* ids, int hc, floa
 }
 
 // One block per row; sum of squares in double (the reference accumulates in double).
-// The weights of rows up to kNormHeld values per thread load before pdl_wait (one memory round trip fewer after
-// the sum: a decode step's q_norm is one block on the critical path).
-constexpr int kNormHeld = 4;
+// Rows of up to kNormHeld values per thread are held in registers: the weights load before pdl_wait, x in one
+// batch of loads right after it, and the output is written from the same registers. A decode step's q_norm is one
+// block on the critical path, and a rolled loop of loads (or a reload of x after the sum, which an in-place norm
+// cannot hoist above its stores) is one memory round trip per value a thread holds.
+constexpr int kNormHeld = 16;  // rows up to 8192 values at 512 threads (V4-Pro hidden 7168)
 __global__ void rms_norm_kernel(const float* x, int dim, int ldx, const float* w, float eps, float* out, int ldo) {
-  const bool held = w && dim <= kNormHeld * int(blockDim.x);
+  const bool held = dim <= kNormHeld * int(blockDim.x);
   float wv[kNormHeld];
 #pragma unroll
   for (int u = 0; u < kNormHeld; ++u) {
     const int i = threadIdx.x + u * blockDim.x;
-    wv[u] = held && i < dim ? w[i] : 0.0f;
+    wv[u] = w && held && i < dim ? w[i] : 1.0f;
   }
   dev::pdl_begin();
   __shared__ double red[32];
   const float* xr = x + size_t(blockIdx.x) * ldx;
   float* o = out + size_t(blockIdx.x) * ldo;
   double sum = 0;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) sum += double(xr[i]) * double(xr[i]);
-  sum = block_sum(sum, red);
-  const float s = float(1.0 / sqrt(sum / double(dim) + double(eps)));
   if (held) {
+    float xv[kNormHeld];
 #pragma unroll
     for (int u = 0; u < kNormHeld; ++u) {
       const int i = threadIdx.x + u * blockDim.x;
-      if (i < dim) o[i] = xr[i] * s * wv[u];
+      xv[u] = i < dim ? xr[i] : 0.0f;
     }
-  } else {
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w ? xr[i] * s * w[i] : xr[i] * s;
+#pragma unroll
+    for (int u = 0; u < kNormHeld; ++u)  // the same additions in the same order as the loop below
+      if (threadIdx.x + u * blockDim.x < dim) sum += double(xv[u]) * double(xv[u]);
+    sum = block_sum(sum, red);
+    const float s = float(1.0 / sqrt(sum / double(dim) + double(eps)));
+#pragma unroll
+    for (int u = 0; u < kNormHeld; ++u) {
+      const int i = threadIdx.x + u * blockDim.x;
+      if (i < dim) o[i] = w ? xv[u] * s * wv[u] : xv[u] * s;
+    }
+    return;
   }
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) sum += double(xr[i]) * double(xr[i]);
+  sum = block_sum(sum, red);
+  const float s = float(1.0 / sqrt(sum / double(dim) + double(eps)));
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w ? xr[i] * s * w[i] : xr[i] * s;
 }
 
 // One rotated pair: (a c - b s, b c + a s), each product and sum rounded on its own (as the reference, and the
@@ -249,8 +262,14 @@ __global__ void __launch_bounds__(256) rope_norm_fp8_kernel(float* x, int heads,
     val[u] = i < head_dim ? v[i] : 0.0f;
   }
   if (warp == 0) {  // the sum of squares in rope_kernel's order: lane-strided in double, then the warp's tree
+    // All of the lane's values loaded before the sum (head_dim <= 512: 16 a lane), not one round trip each.
+    float held[2 * kThreads / 32];
+#pragma unroll
+    for (int u = 0; u < 2 * kThreads / 32; ++u) held[u] = lane + 32 * u < head_dim ? v[lane + 32 * u] : 0.0f;
     double sum = 0;
-    for (int i = lane; i < head_dim; i += 32) sum += double(v[i]) * double(v[i]);
+#pragma unroll
+    for (int u = 0; u < 2 * kThreads / 32; ++u)
+      if (lane + 32 * u < head_dim) sum += double(held[u]) * double(held[u]);
     sum = warp_sum(sum);
     if (lane == 0) scale = float(1.0 / sqrt(sum / double(head_dim) + double(norm_eps)));
   } else if (warp == 1) {

@@ -46,7 +46,7 @@ TEST(CudaOps, EmbeddingGather) {
 TEST(CudaOps, RmsNormWeightedAndUnweighted) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
-  for (auto [rows, dim] : std::vector<std::pair<int, int>>{{3, 64}, {5, 4096}, {2, 7168}, {64, 512}, {7, 1024}}) {
+  for (auto [rows, dim] : std::vector<std::pair<int, int>>{{3, 64}, {5, 4096}, {2, 7168}, {64, 512}, {7, 1024}, {2, 10240}}) {
     for (bool weighted : {true, false}) {
       auto x = normal(size_t(rows) * dim, g, 3.0f);
       auto w = uniform(size_t(dim), g, 0.5f, 1.5f);
@@ -58,6 +58,10 @@ TEST(CudaOps, RmsNormWeightedAndUnweighted) {
       std::vector<float> want(x.size());
       ref::rms_norm(x.data(), rows, dim, weighted ? w.data() : nullptr, 1e-6f, want.data());
       expect_close_rel(host(out), want, 1e-6f, 1e-7f, "rms_norm " + std::to_string(rows) + "x" + std::to_string(dim));
+      // In place (the decode step's q_norm): the same bits as out of place.
+      MOESERVE_CUDA_CHECK(cuda::rms_norm(dx.data(), rows, dim, dim, weighted ? dw.data() : nullptr, 1e-6f, dx.data(),
+                                         dim, nullptr));
+      expect_equal(host(dx), host(out), "rms_norm in place " + std::to_string(rows) + "x" + std::to_string(dim));
     }
   }
 }
