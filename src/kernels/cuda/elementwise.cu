@@ -40,13 +40,18 @@ __global__ void embed_kernel(const T* table, int D, const int* ids, int hc, floa
 }
 
 // One block per row; sum of squares in double (the reference accumulates in double).
-// Rows of up to kNormHeld values per thread are held in registers: the weights load before pdl_wait, x in one
-// batch of loads right after it, and the output is written from the same registers. A decode step's q_norm is one
-// block on the critical path, and a rolled loop of loads (or a reload of x after the sum, which an in-place norm
-// cannot hoist above its stores) is one memory round trip per value a thread holds.
-constexpr int kNormHeld = 16;  // rows up to 8192 values at 512 threads (V4-Pro hidden 7168)
-__global__ void rms_norm_kernel(const float* x, int dim, int ldx, const float* w, float eps, float* out, int ldo) {
-  const bool held = dim <= kNormHeld * int(blockDim.x);
+// x is read in batches of kNormHeld values per thread, all loads of a batch before their sum: a decode step's
+// q_norm is one block on the critical path, and a rolled loop of loads is one memory round trip per value a
+// thread holds. Rows of up to one batch (the launch sizes the block for that up to 4096 values) stay in registers
+// for the output; the weights of such rows load before pdl_wait. Four values a thread keep the registers low
+// enough for two 1024-thread blocks per SM (a prefill's rows: 16 held values took 74 registers and halved the
+// 4096-token norm's bandwidth).
+constexpr int kNormHeld = 4;
+constexpr int kNormMaxThreads = 1024;
+__global__ void __launch_bounds__(kNormMaxThreads)
+    rms_norm_kernel(const float* x, int dim, int ldx, const float* w, float eps, float* out, int ldo) {
+  const int batch = kNormHeld * int(blockDim.x);
+  const bool held = dim <= batch;
   float wv[kNormHeld];
 #pragma unroll
   for (int u = 0; u < kNormHeld; ++u) {
@@ -58,18 +63,20 @@ __global__ void rms_norm_kernel(const float* x, int dim, int ldx, const float* w
   const float* xr = x + size_t(blockIdx.x) * ldx;
   float* o = out + size_t(blockIdx.x) * ldo;
   double sum = 0;
-  if (held) {
-    float xv[kNormHeld];
+  float xv[kNormHeld];
+  for (int b = 0; b < dim; b += batch) {  // the additions of a strided loop over i, in its order
 #pragma unroll
     for (int u = 0; u < kNormHeld; ++u) {
-      const int i = threadIdx.x + u * blockDim.x;
+      const int i = b + threadIdx.x + u * blockDim.x;
       xv[u] = i < dim ? xr[i] : 0.0f;
     }
 #pragma unroll
-    for (int u = 0; u < kNormHeld; ++u)  // the same additions in the same order as the loop below
-      if (threadIdx.x + u * blockDim.x < dim) sum += double(xv[u]) * double(xv[u]);
-    sum = block_sum(sum, red);
-    const float s = float(1.0 / sqrt(sum / double(dim) + double(eps)));
+    for (int u = 0; u < kNormHeld; ++u)
+      if (b + threadIdx.x + u * blockDim.x < dim) sum += double(xv[u]) * double(xv[u]);
+  }
+  sum = block_sum(sum, red);
+  const float s = float(1.0 / sqrt(sum / double(dim) + double(eps)));
+  if (held) {
 #pragma unroll
     for (int u = 0; u < kNormHeld; ++u) {
       const int i = threadIdx.x + u * blockDim.x;
@@ -77,9 +84,6 @@ __global__ void rms_norm_kernel(const float* x, int dim, int ldx, const float* w
     }
     return;
   }
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) sum += double(xr[i]) * double(xr[i]);
-  sum = block_sum(sum, red);
-  const float s = float(1.0 / sqrt(sum / double(dim) + double(eps)));
   for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w ? xr[i] * s * w[i] : xr[i] * s;
 }
 
@@ -508,7 +512,9 @@ cudaError_t embed_gather(const void* table, bool table_bf16, int D, const int* i
 cudaError_t rms_norm(const float* x, int rows, int dim, int ldx, const float* w, float eps, float* out, int ldo,
                      cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  dev::launch(rms_norm_kernel, dim3(rows), dim3(dim >= 1024 ? 512 : 128), 0, stream, x, dim, ldx, w, eps, out, ldo);
+  // q_norm's 1024 / 1536 values: 512 threads; a 4096-wide row: 1024 (one batch of kNormHeld each).
+  const int threads = dim > 2048 ? kNormMaxThreads : dim >= 1024 ? 512 : 128;
+  dev::launch(rms_norm_kernel, dim3(rows), dim3(threads), 0, stream, x, dim, ldx, w, eps, out, ldo);
   return cudaGetLastError();
 }
 
