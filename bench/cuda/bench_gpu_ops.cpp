@@ -695,7 +695,11 @@ struct LayerStack {
 void bench_layer_decode(cuda::Blas& blas) {
   if (!want("layer")) return;
   io::ModelConfig c = io::load_model_config(std::string(MOESERVE_SOURCE_DIR) + "/presets/models/deepseek-v4-flash/config.json");
-  const int ctx = 4096;
+  // MOESERVE_LAYER_CTX: the tokens before the step (default 4096). At 4096 the step's token completes no
+  // compressor block; at 4095 it completes one of every compressor (C4, C128 and the indexer's), the steps whose
+  // entries the compressors emit (one in 4 on C4 layers, one in 128 on C128 layers).
+  const char* ctx_env = std::getenv("MOESERVE_LAYER_CTX");
+  const int ctx = ctx_env ? std::max(128, std::atoi(ctx_env)) : 4096;
   std::vector<std::pair<std::string, double>> results;
   // Routed experts FP8 (skinny GEMM) or MXFP4 (the W4A8 grouped GEMM), at batch 1, 8, 32.
   // MOESERVE_LAYER_EXPERTS=mxfp4 (or fp8) runs only that expert format.

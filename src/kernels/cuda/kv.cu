@@ -16,42 +16,69 @@ __device__ __forceinline__ const float* ring_or_chunk(const CompressorArgs& a, i
   return a.state + (size_t(slot * 2 + (score ? 1 : 0)) * a.rows + p % a.rows) * a.width;
 }
 
+// Positions whose loads one pass of compressor_emit_kernel issues before it uses any.
+constexpr int kEmitBatch = 8;
+
 // One block per token; emits when the token completes a block.
 __global__ void compressor_emit_kernel(BatchDesc b, CompressorArgs a) {
-  dev::pdl_begin();
   extern __shared__ float out[];  // [dim]
   __shared__ double red[32];
   const int t = blockIdx.x;
-  const int pos = b.tok_pos[t];
-  if ((pos + 1) % a.ratio != 0) return;
+  const int pos = b.tok_pos[t];  // written by the host, like the rope table: both read before the wait
+  if ((pos + 1) % a.ratio != 0) {
+    dev::pdl_begin();
+    return;
+  }
+  // This thread's first rotated pair's double-precision cos / sin, before the wait (they depend on the position
+  // only) instead of after the pool and the norm.
+  const float pf = float(pos / a.ratio * a.ratio);
+  float rc = 0.0f, rs = 0.0f;
+  if (int(threadIdx.x) < a.rope_dim / 2) {
+    const float angle = pf * a.inv_freq[threadIdx.x];
+    rc = float(cos(double(angle))) * a.rope_scale;
+    rs = float(sin(double(angle))) * a.rope_scale;
+  }
+  dev::pdl_begin();
   const int s = b.tok_seq[t];
   const int begin = b.seq_begin[s], start = b.seq_start[s], slot = b.seq_slot[s];
   const int entry = pos / a.ratio, d = a.dim, r = a.ratio;
   const bool has_prev = a.overlap && entry > 0;
   const int half = a.overlap ? d : 0;
+  // Each feature's positions in order: the previous block's (column f, with overlap), then this block's (column
+  // half + f). Loads go out kEmitBatch positions at a time before their use: a rolled loop over the positions was
+  // one memory round trip each (C4: 8 a pass, C128: 128) on an emitting step's critical path. The arithmetic is
+  // the one-position-at-a-time sequence (padding: -inf scores, which neither pass uses).
+  const int p0 = has_prev ? (entry - 1) * r : entry * r, p1 = (entry + 1) * r, own = entry * r;
   for (int f = threadIdx.x; f < d; f += blockDim.x) {
     float mx = -INFINITY;
-    if (has_prev)
-      for (int p = (entry - 1) * r; p < entry * r; ++p) mx = fmaxf(mx, ring_or_chunk(a, p, start, begin, slot, true)[f]);
-    for (int p = entry * r; p < (entry + 1) * r; ++p)
-      mx = fmaxf(mx, ring_or_chunk(a, p, start, begin, slot, true)[half + f]);
+    for (int pb = p0; pb < p1; pb += kEmitBatch) {
+      float v[kEmitBatch];
+#pragma unroll
+      for (int j = 0; j < kEmitBatch; ++j) {
+        const int p = pb + j;
+        v[j] = p < p1 ? ring_or_chunk(a, p, start, begin, slot, true)[p < own ? f : half + f] : -INFINITY;
+      }
+#pragma unroll
+      for (int j = 0; j < kEmitBatch; ++j) mx = fmaxf(mx, v[j]);
+    }
     float value = 0.0f;
     if (mx != -INFINITY) {
       float sum = 0, acc = 0;
-      if (has_prev)
-        for (int p = (entry - 1) * r; p < entry * r; ++p) {
-          const float v = ring_or_chunk(a, p, start, begin, slot, true)[f];
-          if (v == -INFINITY) continue;
-          const float e = expf(v - mx);
-          sum += e;
-          acc += e * ring_or_chunk(a, p, start, begin, slot, false)[f];
+      for (int pb = p0; pb < p1; pb += kEmitBatch) {
+        float v[kEmitBatch], kv[kEmitBatch];
+#pragma unroll
+        for (int j = 0; j < kEmitBatch; ++j) {
+          const int p = pb + j, c = p < own ? f : half + f;
+          v[j] = p < p1 ? ring_or_chunk(a, p, start, begin, slot, true)[c] : -INFINITY;
+          kv[j] = p < p1 ? ring_or_chunk(a, p, start, begin, slot, false)[c] : 0.0f;
         }
-      for (int p = entry * r; p < (entry + 1) * r; ++p) {
-        const float v = ring_or_chunk(a, p, start, begin, slot, true)[half + f];
-        if (v == -INFINITY) continue;
-        const float e = expf(v - mx);
-        sum += e;
-        acc += e * ring_or_chunk(a, p, start, begin, slot, false)[half + f];
+#pragma unroll
+        for (int j = 0; j < kEmitBatch; ++j) {
+          if (v[j] == -INFINITY) continue;
+          const float e = expf(v[j] - mx);
+          sum += e;
+          acc += e * kv[j];
+        }
       }
       value = acc / sum;
     }
@@ -66,11 +93,12 @@ __global__ void compressor_emit_kernel(BatchDesc b, CompressorArgs a) {
   __syncthreads();
   // RoPE at the entry's first position.
   {
-    const float pf = float(entry * r);
     float* rr = out + (d - a.rope_dim);
     for (int i = threadIdx.x; i < a.rope_dim / 2; i += blockDim.x) {
       const float angle = pf * a.inv_freq[i];
-      const float c = float(cos(double(angle))) * a.rope_scale, sn = float(sin(double(angle))) * a.rope_scale;
+      const bool first = i == int(threadIdx.x);
+      const float c = first ? rc : float(cos(double(angle))) * a.rope_scale;
+      const float sn = first ? rs : float(sin(double(angle))) * a.rope_scale;
       const float x0 = rr[2 * i], x1 = rr[2 * i + 1];
       rr[2 * i] = x0 * c - x1 * sn;
       rr[2 * i + 1] = x1 * c + x0 * sn;
