@@ -53,6 +53,16 @@ if [ -x "$BIN/bench_gpu_moe_w4a8" ] && [[ bench_gpu_moe_w4a8 =~ $FILTER ]]; then
   timeout 300 "$BIN/bench_gpu_moe_w4a8" --settled --prefill - >"$OUT/bench_gpu_moe_w4a8_settled.log" 2>&1
   rows+=("bench_gpu_moe_w4a8 --settled|rc=$?|$(tail -1 "$OUT/bench_gpu_moe_w4a8_settled.log")")
 fi
+if [ -x "$BIN/bench_gpu_ops" ] && [[ bench_gpu_ops =~ $FILTER ]]; then
+  # The batch-1 layer on the step where every compressor emits an entry (one step in 4 on C4 layers, in 128 on C128
+  # ones); the bars' step, after 4096 tokens, emits none.
+  MOESERVE_LAYER_CTX=4095 MOESERVE_LAYER_BATCHES=1 timeout 300 "$BIN/bench_gpu_ops" layer \
+    >"$OUT/bench_gpu_ops_emit.log" 2>&1
+  rc=$?
+  emit=$(grep -E "decode step / layer" "$OUT/bench_gpu_ops_emit.log" |
+    awk -F'|' '{split($2, e, ","); gsub(/^ +| +$/, "", e[2]); gsub(/^ +| +$/, "", $4); printf "%s%s %s us", (NR > 1 ? ", " : ""), e[2], $4}')
+  rows+=("layer B=1, emitting step (ctx 4095)|rc=$rc|$emit")
+fi
 if [ "${PEERS:-1}" != 0 ] && python3 -c "import torch" 2>/dev/null; then  # PyTorch / HF transformers peers (PEERS=0 skips)
   PYTHONUNBUFFERED=1 timeout 300 python3 tools/torch_peers.py >"$OUT/torch_peers.log" 2>&1
   rows+=("torch_peers|rc=$?|$(tail -1 "$OUT/torch_peers.log" | cut -c1-120)")
