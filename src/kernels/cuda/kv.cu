@@ -282,7 +282,8 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 }
 
 constexpr int kTopkThreads = 1024;
-constexpr int kTopkCached = 4;  // keys per thread held in registers (4096 per row)
+constexpr int kTopkCached = 8;  // keys per thread held in registers (8192 per row: a 32K-token context's C4 keys)
+constexpr int kTopkBatch = 4;   // later keys: re-read per pass, this many a thread loaded before any is used
 
 
 __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b, const float* scores, int ld,
@@ -319,9 +320,18 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
       const int i = threadIdx.x + j * blockDim.x;
       if (j * int(blockDim.x) < n) f(i, cached[j], i < n);
     }
-    for (int c0 = kTopkCached * blockDim.x; c0 < n; c0 += blockDim.x) {
-      const int i = c0 + threadIdx.x;
-      f(i, i < n ? order_key(sc[i]) : 0u, i < n);
+    for (int c0 = kTopkCached * blockDim.x; c0 < n; c0 += kTopkBatch * blockDim.x) {
+      uint32_t u[kTopkBatch];
+#pragma unroll
+      for (int j = 0; j < kTopkBatch; ++j) {
+        const int i = c0 + j * int(blockDim.x) + threadIdx.x;
+        u[j] = i < n ? order_key(sc[i]) : 0u;
+      }
+#pragma unroll
+      for (int j = 0; j < kTopkBatch; ++j) {
+        const int i = c0 + j * int(blockDim.x) + threadIdx.x;
+        if (c0 + j * int(blockDim.x) < n) f(i, u[j], i < n);
+      }
     }
   };
   // Radix select of the kk-th largest key. Scores cluster (their top bits agree): a warp whose counted keys
