@@ -269,9 +269,23 @@ __device__ __forceinline__ void stage_x_interleaved(const float* x, int K, float
 
 // acc plus column d of token t's K expert rows, rows[row_of_slot[t * K + j]], added in slot order: moe_combine's
 // sum, also folded into hc_post_mix (the same order keeps the two bit for bit).
+// Up to kAddRowsBatch slots at a time, every row index and then every value loaded before the first addition (a
+// rolled loop over a runtime K waited two dependent round trips per slot: twelve for a decode token's six
+// experts, in hc_post_mix at the end of every layer); the additions in slot order, as before.
+constexpr int kAddRowsBatch = 8;
 __device__ __forceinline__ float add_expert_rows(float acc, const float* rows, const int* row_of_slot, int t, int K,
                                                  int D, int d) {
-  for (int j = 0; j < K; ++j) acc += rows[size_t(row_of_slot[t * K + j]) * D + d];
+  for (int j0 = 0; j0 < K; j0 += kAddRowsBatch) {
+    int idx[kAddRowsBatch];
+    float v[kAddRowsBatch];
+#pragma unroll
+    for (int j = 0; j < kAddRowsBatch; ++j) idx[j] = j0 + j < K ? row_of_slot[t * K + j0 + j] : 0;
+#pragma unroll
+    for (int j = 0; j < kAddRowsBatch; ++j) v[j] = j0 + j < K ? rows[size_t(idx[j]) * D + d] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kAddRowsBatch; ++j)
+      if (j0 + j < K) acc += v[j];
+  }
   return acc;
 }
 
