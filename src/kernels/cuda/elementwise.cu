@@ -427,11 +427,36 @@ __global__ void fp8_weights_to_bf16_kernel(const uint8_t* w, const float* row_sc
   out[i] = *reinterpret_cast<uint16_t*>(&b);
 }
 
+// The ape row is a weight and the position host-written: both read before the wait. Each thread's scores (up to
+// kApeHeld: a C4 compressor's 1024-wide row at 256 threads) load together; a rolled read-add-store loop was one
+// round trip per value (a load cannot move above a store that may alias it), every step on the compressors' chain.
+constexpr int kApeHeld = 4;
 __global__ void add_ape_kernel(float* score, int width, int ld, const int* pos, const float* ape, int ratio) {
-  dev::pdl_begin();
   const int t = blockIdx.x;
   const float* bias = ape + size_t(pos[t] % ratio) * width;
-  for (int f = threadIdx.x; f < width; f += blockDim.x) score[size_t(t) * ld + f] += bias[f];
+  float bv[kApeHeld];
+#pragma unroll
+  for (int j = 0; j < kApeHeld; ++j) {
+    const int f = threadIdx.x + j * blockDim.x;
+    bv[j] = f < width ? bias[f] : 0.0f;
+  }
+  dev::pdl_begin();
+  float* row = score + size_t(t) * ld;
+  if (width <= kApeHeld * int(blockDim.x)) {
+    float v[kApeHeld];
+#pragma unroll
+    for (int j = 0; j < kApeHeld; ++j) {
+      const int f = threadIdx.x + j * blockDim.x;
+      v[j] = f < width ? row[f] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kApeHeld; ++j) {
+      const int f = threadIdx.x + j * blockDim.x;
+      if (f < width) row[f] = v[j] + bv[j];
+    }
+    return;
+  }
+  for (int f = threadIdx.x; f < width; f += blockDim.x) row[f] += bias[f];
 }
 
 __global__ void swiglu_kernel(const float* h, int rows, int I, float limit, const float* row_weight, float* act) {

@@ -337,18 +337,20 @@ TEST(CudaOps, SwigluApeScaleGather) {
       }
     expect_close_rel(host(out), want, 1e-6f, 1e-7f, "swiglu I=" + std::to_string(I));
   }
-  const int T = 5, width = 1024, ratio = 4;
-  auto score = normal(size_t(T) * 2 * width, g);
-  auto ape = normal(size_t(ratio) * width, g);
-  std::vector<int> pos = {0, 1, 2, 7, 4097};
-  auto ds = dev(score);
-  auto da = dev(ape);
-  auto dp = dev(pos);
-  MOESERVE_CUDA_CHECK(cuda::add_ape(ds.data() + width, T, width, 2 * width, dp.data(), da.data(), ratio, nullptr));
-  std::vector<float> want = score;
-  for (int t = 0; t < T; ++t)
-    for (int f = 0; f < width; ++f) want[size_t(t) * 2 * width + width + f] += ape[size_t(pos[t] % ratio) * width + f];
-  expect_equal(host(ds), want, "add_ape");
+  for (int width : {1024, 100, 2048}) {  // held in registers (up to 4 a thread), a short row, the loop past them
+    const int T = 5, ratio = 4;
+    auto score = normal(size_t(T) * 2 * width, g);
+    auto ape = normal(size_t(ratio) * width, g);
+    std::vector<int> pos = {0, 1, 2, 7, 4097};
+    auto ds = dev(score);
+    auto da = dev(ape);
+    auto dp = dev(pos);
+    MOESERVE_CUDA_CHECK(cuda::add_ape(ds.data() + width, T, width, 2 * width, dp.data(), da.data(), ratio, nullptr));
+    std::vector<float> want = score;
+    for (int t = 0; t < T; ++t)
+      for (int f = 0; f < width; ++f) want[size_t(t) * 2 * width + width + f] += ape[size_t(pos[t] % ratio) * width + f];
+    expect_equal(host(ds), want, "add_ape width " + std::to_string(width));
+  }
 }
 
 TEST(CudaErrors, OutOfMemoryNamesBytesAskedAndFree) {
