@@ -191,6 +191,16 @@ __device__ __forceinline__ void unpack_weights(const uint4& v, float* f) {
   else unpack_bf16(v, f);
 }
 
+// RoPE: cos and sin (times attn_scale; sin negated for the inverse rotation) of pair i at position p: the fp32 angle
+// p * inv_freq[i], as the reference, through double-precision cos/sin.
+__device__ __forceinline__ void rope_cos_sin(float p, float inv_freq_i, float attn_scale, bool inverse, float* c,
+                                             float* s) {
+  const double ad = double(p * inv_freq_i);
+  *c = float(cos(ad)) * attn_scale;
+  const float sn = float(sin(ad)) * attn_scale;
+  *s = inverse ? -sn : sn;
+}
+
 // ---- Programmatic dependent launch (sm_90). A kernel started by launch() may begin while the kernel before it
 // in the stream is still running, so that its launch, its prologue (reading weights, which no kernel writes)
 // and the previous kernel's drain overlap. Every such kernel calls pdl_wait() in every thread before it touches

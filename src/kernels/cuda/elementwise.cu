@@ -95,16 +95,6 @@ __device__ __forceinline__ void rotate_pair(float* r, float c, float s) {
   r[1] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
 }
 
-// cos and sin (times attn_scale; sin negated for the inverse rotation) of pair i at position p: the fp32 angle
-// p * inv_freq[i], as the reference, through double-precision cos/sin.
-__device__ __forceinline__ void rope_cos_sin(float p, float inv_freq_i, float attn_scale, bool inverse, float* c,
-                                             float* s) {
-  const double ad = double(p * inv_freq_i);
-  *c = float(cos(ad)) * attn_scale;
-  const float sn = float(sin(ad)) * attn_scale;
-  *s = inverse ? -sn : sn;
-}
-
 // fp8_block_sim of one block of n values by one warp: out[i] = fp8(v[i] / s) * s, s the power-of-two scale of
 // the block's amax (out may be v).
 __device__ __forceinline__ void fp8_block_sim_warp(const float* v, float* out, int n, int lane) {

@@ -33,11 +33,7 @@ __global__ void compressor_emit_kernel(BatchDesc b, CompressorArgs a) {
   // only) instead of after the pool and the norm.
   const float pf = float(pos / a.ratio * a.ratio);
   float rc = 0.0f, rs = 0.0f;
-  if (int(threadIdx.x) < a.rope_dim / 2) {
-    const float angle = pf * a.inv_freq[threadIdx.x];
-    rc = float(cos(double(angle))) * a.rope_scale;
-    rs = float(sin(double(angle))) * a.rope_scale;
-  }
+  if (int(threadIdx.x) < a.rope_dim / 2) rope_cos_sin(pf, a.inv_freq[threadIdx.x], a.rope_scale, false, &rc, &rs);
   dev::pdl_begin();
   const int s = b.tok_seq[t];
   const int begin = b.seq_begin[s], start = b.seq_start[s], slot = b.seq_slot[s];
@@ -95,10 +91,8 @@ __global__ void compressor_emit_kernel(BatchDesc b, CompressorArgs a) {
   {
     float* rr = out + (d - a.rope_dim);
     for (int i = threadIdx.x; i < a.rope_dim / 2; i += blockDim.x) {
-      const float angle = pf * a.inv_freq[i];
-      const bool first = i == int(threadIdx.x);
-      const float c = first ? rc : float(cos(double(angle))) * a.rope_scale;
-      const float sn = first ? rs : float(sin(double(angle))) * a.rope_scale;
+      float c = rc, sn = rs;  // this thread's first pair's, computed before the wait
+      if (i != int(threadIdx.x)) rope_cos_sin(pf, a.inv_freq[i], a.rope_scale, false, &c, &sn);
       const float x0 = rr[2 * i], x1 = rr[2 * i + 1];
       rr[2 * i] = x0 * c - x1 * sn;
       rr[2 * i + 1] = x1 * c + x0 * sn;
