@@ -276,10 +276,12 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 }
 
 constexpr int kTopkThreads = 1024;
-constexpr int kTopkCached = 8;  // keys per thread held in registers (8192 per row: a 32K-token context's C4 keys)
-constexpr int kTopkBatch = 4;   // later keys: re-read per pass, this many a thread loaded before any is used
+constexpr int kTopkBatch = 4;  // keys past the cached ones: re-read per pass, this many a thread loaded before any is used
 
-
+// Cached: keys per thread held in registers for all the passes, the fewest that hold a row of ld keys (up to 8:
+// 8192 keys, a 32K-token context's C4 keys). Holding 8 takes 48 registers, one 1024-thread block per SM, which
+// halved a 4096-token prefill's rows of 1024 keys (91.5 against 51.2 us); 1 to 4 fit in 32 (two blocks per SM).
+template <int Cached>
 __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b, const float* scores, int ld,
                                                                     int ratio, int k, int* idx) {
   dev::pdl_begin();
@@ -298,11 +300,11 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
   }
   const float* sc = scores + size_t(t) * ld;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  // The first kTopkCached * blockDim keys stay in registers for all the passes (a decode step's whole row:
+  // The first Cached * blockDim keys stay in registers for all the passes (a decode step's whole row:
   // one read of the scores instead of six); later ones are re-read.
-  uint32_t cached[kTopkCached];
+  uint32_t cached[Cached];
 #pragma unroll
-  for (int j = 0; j < kTopkCached; ++j) {
+  for (int j = 0; j < Cached; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
     cached[j] = i < n ? order_key(sc[i]) : 0u;
   }
@@ -310,11 +312,11 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
   // (the bound is rounded up to whole blocks), so f may use warp collectives and block barriers; valid = i < n.
   auto for_keys = [&](auto&& f) {
 #pragma unroll
-    for (int j = 0; j < kTopkCached; ++j) {
+    for (int j = 0; j < Cached; ++j) {
       const int i = threadIdx.x + j * blockDim.x;
       if (j * int(blockDim.x) < n) f(i, cached[j], i < n);
     }
-    for (int c0 = kTopkCached * blockDim.x; c0 < n; c0 += kTopkBatch * blockDim.x) {
+    for (int c0 = Cached * blockDim.x; c0 < n; c0 += kTopkBatch * blockDim.x) {
       uint32_t u[kTopkBatch];
 #pragma unroll
       for (int j = 0; j < kTopkBatch; ++j) {
@@ -450,7 +452,11 @@ cudaError_t indexer_topk(const BatchDesc& b, const float* scores, int ld, int ra
                          cudaStream_t stream) {
   if (b.T == 0) return cudaSuccess;
   if (k <= 0) return cudaErrorInvalidValue;
-  dev::launch(indexer_topk_kernel, dim3(b.T), dim3(kTopkThreads), 0, stream, b, scores, ld, ratio, k, idx);
+  const auto kernel = ld <= kTopkThreads       ? indexer_topk_kernel<1>
+                      : ld <= 2 * kTopkThreads ? indexer_topk_kernel<2>
+                      : ld <= 4 * kTopkThreads ? indexer_topk_kernel<4>
+                                               : indexer_topk_kernel<8>;
+  dev::launch(kernel, dim3(b.T), dim3(kTopkThreads), 0, stream, b, scores, ld, ratio, k, idx);
   return cudaGetLastError();
 }
 

@@ -191,10 +191,12 @@ TEST(CudaKv, CompressorEmitAndRing) {
 TEST(CudaKv, IndexerScoresAndTopK) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
+  // Rows of up to 1024 / 2048 / 4096 / 8192 keys and past: every register-cached variant of the top-k kernel.
   struct Case { int heads, dim, start, count, k; bool ties; };
   for (Case c : {Case{64, 128, 8000, 1, 512, false}, Case{64, 128, 0, 200, 512, false}, Case{64, 128, 2040, 16, 512, true},
                  Case{4, 32, 0, 40, 4, false}, Case{64, 128, 30000, 2, 1024, false}, Case{64, 128, 100, 3, 16, true},
-                 Case{4, 32, 20000, 2, 3000, true}, Case{4, 32, 40000, 2, 700, true}}) {
+                 Case{4, 32, 20000, 2, 3000, true}, Case{4, 32, 40000, 2, 700, true},
+                 Case{4, 32, 12000, 2, 512, false}}) {
     const int ratio = 4, epp = 64, total = c.start + c.count, pages = (total + 255) / 256 + 1;
     OneSeq seq(c.start, c.count, pages, g);
     auto keys = normal(size_t(pages) * epp * c.dim, g);
