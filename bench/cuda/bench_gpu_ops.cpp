@@ -447,6 +447,31 @@ void bench_indexer(const std::string& model, int S, int count, int ctx, int k) {
          0, kFp32, false);
 }
 
+// Next-token sampling (cuda::sample_rows) over V4's vocabulary: greedy, temperature with top-p, and with top-k and
+// top-p, at 1 and 32 rows. One block per row: each pass over the row's logits is latency-bound, so the figure is
+// mostly the passes' memory round trips; bytes count one read of the logits.
+void bench_sampling() {
+  if (!want("small")) return;
+  const int vocab = 129280;
+  struct Mode { const char* name; float temperature, top_p; int top_k; };
+  for (int rows : {1, 32}) {
+    auto logits = floats(size_t(rows) * vocab, 8.0f);
+    cuda::DeviceBuffer work(cuda::sample_work_bytes(rows, vocab), "bench sample work");
+    cuda::DeviceArray<int> tokens(size_t(rows), "bench tokens");
+    const std::vector<double> uh(size_t(rows), 0.5);
+    auto u = cuda::DeviceArray<double>::from(std::span<const double>(uh), "bench u");
+    for (Mode m : {Mode{"greedy", 0.0f, 1.0f, 0}, Mode{"T 0.7, top-p 0.95", 0.7f, 0.95f, 0},
+                   Mode{"T 0.7, top-k 50, top-p 0.95", 0.7f, 0.95f, 50}}) {
+      const double us = time_us([&](int) {
+        MOESERVE_CUDA_CHECK(cuda::sample_rows(static_cast<float*>(logits.data()), rows, vocab, m.temperature, m.top_p,
+                                              m.top_k, u.data(), tokens.data(), nullptr, work.data(), st));
+      });
+      report(std::string("sample ") + m.name, "vocab 129280 rows " + std::to_string(rows), us,
+             double(rows) * vocab * 4, 0, kFp32, false);
+    }
+  }
+}
+
 void bench_small_ops(const std::string& model, int D, int T) {
   if (!want("small")) return;
   const int hc = 4, mix = 24, width = hc * D, splits = cuda::hc_mix_splits(width, T);
@@ -884,6 +909,7 @@ int main(int argc, char** argv) {
     bench_small_ops("flash", 4096, T);
     bench_small_ops("pro", 7168, T == 4096 ? 1 : T);
   }
+  bench_sampling();
   for (int T : {1, 8, 32, 64}) bench_moe("flash", 256, 4096, 2048, T, true);
   bench_moe("pro", 384, 7168, 3072, 1, true);
   bench_layer_decode(blas);

@@ -21,6 +21,47 @@ __device__ __forceinline__ unsigned long long rank_key(float logit, int id) {
   return (static_cast<unsigned long long>(k) << 32) | static_cast<unsigned long long>(0xffffffffu - uint32_t(id));
 }
 
+// The row's passes visit this thread's ids i = threadIdx.x + j * blockDim.x in increasing order (so every
+// per-thread sum keeps its order), with the loads of kSampleBatch ids issued before any is used: a rolled
+// `for (i ...; i < vocab; i += blockDim.x)` loop waited one memory round trip per id (127 at a 129280-token vocab,
+// per pass; the top-p search makes up to 64 passes).
+constexpr int kSampleBatch = 8;
+template <class F>
+__device__ __forceinline__ void for_ids(const float* l, int vocab, F&& f) {
+  for (int c0 = threadIdx.x; c0 < vocab; c0 += kSampleBatch * int(blockDim.x)) {
+    float v[kSampleBatch];
+#pragma unroll
+    for (int j = 0; j < kSampleBatch; ++j) {
+      const int i = c0 + j * int(blockDim.x);
+      v[j] = i < vocab ? l[i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kSampleBatch; ++j) {
+      const int i = c0 + j * int(blockDim.x);
+      if (i < vocab) f(i, v[j]);
+    }
+  }
+}
+// The same with each id's weight w[i] loaded beside its logit.
+template <class F>
+__device__ __forceinline__ void for_ids_w(const float* l, const double* w, int vocab, F&& f) {
+  for (int c0 = threadIdx.x; c0 < vocab; c0 += kSampleBatch * int(blockDim.x)) {
+    float v[kSampleBatch];
+    double wv[kSampleBatch];
+#pragma unroll
+    for (int j = 0; j < kSampleBatch; ++j) {
+      const int i = c0 + j * int(blockDim.x);
+      v[j] = i < vocab ? l[i] : 0.0f;
+      wv[j] = i < vocab ? w[i] : 0.0;
+    }
+#pragma unroll
+    for (int j = 0; j < kSampleBatch; ++j) {
+      const int i = c0 + j * int(blockDim.x);
+      if (i < vocab) f(i, v[j], wv[j]);
+    }
+  }
+}
+
 __device__ double block_sum_d(double v) {
   __shared__ double red[32];
   return block_sum(v, red);
@@ -40,10 +81,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   const float* l = logits + size_t(r) * vocab;
   // Greedy / the top key: argmax with ties to the lowest id.
   unsigned long long best = 0;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const unsigned long long k = rank_key(l[i], i);
+  for_ids(l, vocab, [&](int i, float li) {
+    const unsigned long long k = rank_key(li, i);
     best = k > best ? k : best;
-  }
+  });
   {
     __shared__ unsigned long long red[32];
     for (int o = 16; o > 0; o >>= 1) {
@@ -75,10 +116,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     for (int shift = 56; shift >= 0; shift -= 8) {
       for (int i = threadIdx.x; i < 256; i += blockDim.x) s_hist[i] = 0;
       __syncthreads();
-      for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        const unsigned long long k = rank_key(l[i], i);
+      for_ids(l, vocab, [&](int i, float li) {
+        const unsigned long long k = rank_key(li, i);
         if ((k & mask) == prefix) atomicAdd(&s_hist[(k >> shift) & 255], 1);
-      }
+      });
       __syncthreads();
       if (threadIdx.x == 0) {
         int cum = 0, digit = 0;
@@ -103,12 +144,12 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   const float mx = l[top_id];
   double* w = work + size_t(r) * vocab;
   double sum = 0;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const bool in = rank_key(l[i], i) >= kth;
-    const double v = in ? exp(double(l[i] - mx) / double(temperature)) : 0.0;
+  for_ids(l, vocab, [&](int i, float li) {
+    const bool in = rank_key(li, i) >= kth;
+    const double v = in ? exp(double(li - mx) / double(temperature)) : 0.0;
     w[i] = v;
     sum += v;
-  }
+  });
   sum = block_sum_d(sum);
   unsigned long long thr = kth;
   if (top_p < 1.0f) {  // the largest key threshold whose mass still reaches top_p
@@ -116,8 +157,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     while (lo < hi) {
       const unsigned long long mid = lo + (hi - lo + 1) / 2;
       double mass = 0;
-      for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-        if (rank_key(l[i], i) >= mid) mass += w[i];
+      for_ids_w(l, w, vocab, [&](int i, float li, double wi) {
+        if (rank_key(li, i) >= mid) mass += wi;
+      });
       mass = block_sum_d(mass);
       if (mass / sum >= double(top_p)) lo = mid;
       else hi = mid - 1;
@@ -125,8 +167,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     thr = lo;
   }
   double sum2 = 0;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
-    if (rank_key(l[i], i) >= thr) sum2 += w[i];
+  for_ids_w(l, w, vocab, [&](int i, float li, double wi) {
+    if (rank_key(li, i) >= thr) sum2 += wi;
+  });
   sum2 = block_sum_d(sum2);
   if (threadIdx.x == 0) {
     s_token = 0x7fffffff;
