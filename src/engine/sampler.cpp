@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
 #include <vector>
 
 #include "core/error.h"
@@ -21,36 +22,69 @@ void sampling_distribution(const float* logits, int64_t vocab, const SamplingPar
     probs[std::max_element(logits, logits + vocab) - logits] = 1.0f;
     return;
   }
-  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  // The order is logit descending, then lower id first: a strict total order, so sorting just a prefix
+  // gives exactly that prefix of a full sort. A full sort of a 129k vocabulary costs ~26 ms per token, so
+  // sort only what top-k / top-p need (nothing at all for plain temperature sampling).
+  auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  thread_local std::vector<int32_t> order;  // scratch reused across calls: fresh pages would fault every token
+  order.resize(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
-  int64_t keep = (p.top_k > 0) ? std::min(p.top_k, vocab) : vocab;
-  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
-  order.resize(static_cast<size_t>(keep));
-  const float mx = logits[order[0]];
-  std::vector<double> w(static_cast<size_t>(keep));
-  double sum = 0;
-  for (int64_t i = 0; i < keep; ++i) sum += (w[size_t(i)] = std::exp(double(logits[order[size_t(i)]] - mx) / p.temperature));
+  int64_t keep = vocab, sorted = 0;  // candidates order[0, keep); order[0, sorted) is in the order
+  if (p.top_k > 0 && p.top_k < vocab) {
+    keep = sorted = p.top_k;
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), before);
+  }
+  const float mx = sorted ? logits[order[0]] : std::ranges::max(std::span(logits, size_t(vocab)));
+  thread_local std::vector<double> w;  // weights by id (scratch, like order)
+  w.resize(static_cast<size_t>(vocab));
+  // Top-p band of an id: floor((max - logit) / T), i.e. weight about in (e^-(b+1), e^-b]. It is monotone in
+  // the logit, so the ids of bands [0, b] are exactly a prefix of the order; the bands' masses tell how
+  // many bands the top-p prefix needs, so only those ids get sorted.
+  auto band = [&](int32_t id) { return int(std::min(63.0f, (mx - logits[id]) / p.temperature)); };
+  double band_mass[64] = {};
+  double sum = 0;  // summed in order[] order: in id order when top-k is off (it needs no sorted order)
+  for (int64_t i = 0; i < keep; ++i) {
+    const int32_t id = order[size_t(i)];
+    sum += (w[size_t(id)] = std::exp(double(logits[id] - mx) / p.temperature));
+    if (p.top_p < 1.0f) band_mass[band(id)] += w[size_t(id)];
+  }
   if (p.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p (always at least one token)
+    int limit = 0;  // bands [0, limit] hold top_p of the mass (but for rounding: then the loop takes the rest)
+    for (double m = band_mass[0]; m < double(p.top_p) * sum && limit < 63;) m += band_mass[++limit];
     double mass = 0;
     int64_t n = 0;
     while (n < keep) {
-      mass += w[size_t(n)] / sum;
+      if (n == sorted) {  // top-k off: sort bands [0, limit] (holding the max); if that falls short, the rest
+        auto in_bands = [&](int32_t id) { return band(id) <= limit; };
+        auto end = std::partition(order.begin() + sorted, order.begin() + keep, in_bands);
+        std::sort(order.begin() + sorted, end, before);
+        sorted = end - order.begin();
+        limit = 63;  // every band
+      }
+      mass += w[size_t(order[size_t(n)])] / sum;
       ++n;
       if (mass >= double(p.top_p)) break;
     }
     keep = n;
     sum = 0;
-    for (int64_t i = 0; i < keep; ++i) sum += w[size_t(i)];
+    for (int64_t i = 0; i < keep; ++i) sum += w[size_t(order[size_t(i)])];
   }
-  for (int64_t i = 0; i < keep; ++i) probs[order[size_t(i)]] = float(w[size_t(i)] / sum);
+  for (int64_t i = 0; i < keep; ++i) {
+    const int32_t id = order[size_t(i)];
+    probs[id] = float(w[size_t(id)] / sum);
+  }
 }
 
-int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p, std::mt19937_64& rng) {
+double sampling_uniform(const SamplingParams& p, std::mt19937_64& rng) {
+  return p.greedy() ? 0.0 : std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+}
+
+int32_t sample_token_at(const float* logits, int64_t vocab, const SamplingParams& p, double u) {
   if (p.greedy()) return int32_t(std::max_element(logits, logits + vocab) - logits);
-  std::vector<float> probs(static_cast<size_t>(vocab));
+  thread_local std::vector<float> probs;  // scratch reused across calls, as in sampling_distribution
+  probs.resize(static_cast<size_t>(vocab));
   sampling_distribution(logits, vocab, p, probs.data());
-  double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng), acc = 0;
+  double acc = 0;
   int32_t last = 0;
   for (int64_t i = 0; i < vocab; ++i) {
     if (probs[size_t(i)] <= 0.0f) continue;
@@ -59,6 +93,10 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
     if (u < acc) return last;
   }
   return last;  // rounding: the last token with mass
+}
+
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p, std::mt19937_64& rng) {
+  return sample_token_at(logits, vocab, p, sampling_uniform(p, rng));
 }
 
 }  // namespace moeserve::engine

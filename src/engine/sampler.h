@@ -18,6 +18,10 @@ struct SamplingParams {
 void validate(const SamplingParams& params);
 
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params, std::mt19937_64& rng);
+// sample_token as two steps, for a draw made before the logits exist (a backend that samples on the device
+// takes u with the forward): the uniform it takes from rng (0 and none taken when greedy), and the token for u.
+double sampling_uniform(const SamplingParams& params, std::mt19937_64& rng);
+int32_t sample_token_at(const float* logits, int64_t vocab, const SamplingParams& params, double u);
 
 // The probability distribution sample_token draws from (for the speculative-decoding acceptance rule and
 // tests): probs[vocab], zero outside the top-k/top-p set.
