@@ -447,9 +447,10 @@ void bench_indexer(const std::string& model, int S, int count, int ctx, int k) {
          0, kFp32, false);
 }
 
-// Next-token sampling (cuda::sample_rows) over V4's vocabulary: greedy, temperature with top-p, and with top-k and
-// top-p, at 1 and 32 rows. One block per row: each pass over the row's logits is latency-bound, so the figure is
-// mostly the passes' memory round trips; bytes count one read of the logits.
+// Next-token sampling (cuda::sample_rows) over V4's vocabulary: greedy, temperature alone (the OpenAI default
+// of 1), with top-p, and with top-k and top-p, at 1 and 32 rows. One block per row: each pass over the row's
+// logits is latency-bound, so the figure is mostly the passes' memory round trips; bytes count one read of the
+// logits.
 void bench_sampling() {
   if (!want("small")) return;
   const int vocab = 129280;
@@ -458,13 +459,19 @@ void bench_sampling() {
     auto logits = floats(size_t(rows) * vocab, 8.0f);
     cuda::DeviceBuffer work(cuda::sample_work_bytes(rows, vocab), "bench sample work");
     cuda::DeviceArray<int> tokens(size_t(rows), "bench tokens");
-    const std::vector<double> uh(size_t(rows), 0.5);
-    auto u = cuda::DeviceArray<double>::from(std::span<const double>(uh), "bench u");
-    for (Mode m : {Mode{"greedy", 0.0f, 1.0f, 0}, Mode{"T 0.7, top-p 0.95", 0.7f, 0.95f, 0},
+    for (Mode m : {Mode{"greedy", 0.0f, 1.0f, 0}, Mode{"T 1.0", 1.0f, 1.0f, 0}, Mode{"T 0.7, top-p 0.95", 0.7f, 0.95f, 0},
                    Mode{"T 0.7, top-k 50, top-p 0.95", 0.7f, 0.95f, 50}}) {
+      std::vector<cuda::SampleRow> ph(static_cast<size_t>(rows));
+      for (auto& p : ph) {
+        p.u = 0.5;
+        p.temperature = m.temperature;
+        p.top_p = m.top_p;
+        p.top_k = m.top_k;
+      }
+      auto params = cuda::DeviceArray<cuda::SampleRow>::from(std::span<const cuda::SampleRow>(ph), "bench rows");
       const double us = time_us([&](int) {
-        MOESERVE_CUDA_CHECK(cuda::sample_rows(static_cast<float*>(logits.data()), rows, vocab, m.temperature, m.top_p,
-                                              m.top_k, u.data(), tokens.data(), nullptr, work.data(), st));
+        MOESERVE_CUDA_CHECK(cuda::sample_rows(static_cast<float*>(logits.data()), rows, vocab, params.data(),
+                                              tokens.data(), nullptr, work.data(), st));
       });
       report(std::string("sample ") + m.name, "vocab 129280 rows " + std::to_string(rows), us,
              double(rows) * vocab * 4, 0, kFp32, false);

@@ -32,7 +32,7 @@ GenerateResult run_generate(GpuModel& m, const std::vector<int32_t>& prompt, con
   check(cache.host().reserve(seq, total), "internal: GPU cache too small");
   std::mt19937_64 rng(o.seed);
   cuda::DeviceArray<int> token(1, "sampled token");
-  cuda::DeviceArray<double> u(1, "sampling uniform");
+  cuda::DeviceArray<cuda::SampleRow> row(1, "sampling settings");
   cuda::DeviceBuffer work(cuda::sample_work_bytes(1, int(vocab)), "sampling workspace");
   GenerateResult result;
   std::vector<float> kept;
@@ -53,12 +53,14 @@ GenerateResult run_generate(GpuModel& m, const std::vector<int32_t>& prompt, con
   };
   auto sample = [&]() {
     const float* last = m.logits_device() + (m.logit_rows() - 1) * vocab;
-    double uh = 0.0;
-    if (!o.sampling.greedy()) uh = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-    u.upload(std::span<const double>(&uh, 1), m.stream());
-    MOESERVE_CUDA_CHECK(cuda::sample_rows(last, 1, int(vocab), o.sampling.temperature, o.sampling.top_p,
-                                          int(o.sampling.top_k), u.data(), token.data(), nullptr, work.data(),
-                                          m.stream()));
+    cuda::SampleRow settings;
+    settings.temperature = o.sampling.temperature;
+    settings.top_p = o.sampling.top_p;
+    settings.top_k = int(o.sampling.top_k);
+    if (!o.sampling.greedy()) settings.u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    row.upload(std::span<const cuda::SampleRow>(&settings, 1), m.stream());
+    MOESERVE_CUDA_CHECK(
+        cuda::sample_rows(last, 1, int(vocab), row.data(), token.data(), nullptr, work.data(), m.stream()));
     return token.download(m.stream())[0];
   };
   const int64_t chunk = o.prefill_chunk > 0 ? o.prefill_chunk : P;

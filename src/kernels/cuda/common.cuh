@@ -47,12 +47,13 @@ __device__ __forceinline__ void warp_sum_scatter(float (&v)[P]) {
   static_assert(P % 32 == 0, "P: a multiple of 32");
   warp_sum_scatter_level<P, P / 2, 16>(v, int(threadIdx.x & 31));
 }
-// Inclusive prefix sum over the lanes of a full warp.
-__device__ __forceinline__ int warp_inclusive_sum(int v) {
+// Inclusive prefix sum over the lanes of a full warp (int, unsigned long long, double).
+template <class T>
+__device__ __forceinline__ T warp_inclusive_sum(T v) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    const int n = __shfl_up_sync(0xffffffffu, v, o);
+    const T n = __shfl_up_sync(0xffffffffu, v, o);
     if (lane >= o) v += n;
   }
   return v;

@@ -349,11 +349,20 @@ cudaError_t moe_combine(const float* y, int D, const int* row_of_slot, int T, in
                         cudaStream_t stream);
 
 // ------------------------------------------------------------------------------------ sampling (sample.cu)
-// engine/sampler.h for each row of logits [rows, vocab]: greedy (temperature <= 0: argmax, ties to the lowest id)
-// or temperature + top-k + top-p, then the token whose cumulative probability (id order) first exceeds u[r].
-// probs (optional, [rows, vocab]): the distribution drawn from. work: sample_work_bytes(rows, vocab).
+// One row's settings (engine::SamplingParams) and its uniform draw u in [0, 1) (unused when greedy).
+struct SampleRow {
+  double u = 0.0;
+  float temperature = 0.0f;  // <= 0: greedy
+  float top_p = 1.0f;        // (0, 1]
+  int top_k = 0;             // <= 0: off
+  int reserved = 0;
+};
+// engine/sampler.h for each row of logits [rows, vocab] with its own settings (rows: a device array): greedy
+// (argmax, ties to the lowest id) or temperature + top-k + top-p, then the token whose cumulative probability (id
+// order) first exceeds u. probs (optional, [rows, vocab]): the distribution drawn from.
+// work: sample_work_bytes(rows, vocab).
 size_t sample_work_bytes(int rows, int vocab);
-cudaError_t sample_rows(const float* logits, int rows, int vocab, float temperature, float top_p, int top_k,
-                        const double* u, int* tokens, float* probs, void* work, cudaStream_t stream);
+cudaError_t sample_rows(const float* logits, int rows, int vocab, const SampleRow* params, int* tokens, float* probs,
+                        void* work, cudaStream_t stream);
 
 }  // namespace moeserve::cuda

@@ -80,6 +80,7 @@ template class DeviceArray<int>;
 template class DeviceArray<uint8_t>;
 template class DeviceArray<uint16_t>;
 template class DeviceArray<uint32_t>;
+template class DeviceArray<SampleRow>;
 
 Stream::Stream(StreamPriority priority) {
   if (priority == StreamPriority::Normal) {

@@ -75,36 +75,65 @@ TEST(CudaMoe, RouteSqrtSoftplusBiasedTopKAndHash) {
 TEST(CudaSampling, GreedyTopKTopPMatchTheReference) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
-  for (int vocab : {320, 8192, 129280}) {
-    const int rows = 4;
+  struct P { float temp, top_p; int top_k; };
+  const std::vector<P> settings = {P{0.0f, 1.0f, 0},  P{1.0f, 1.0f, 0},   P{0.7f, 0.9f, 0},  P{1.3f, 1.0f, 50},
+                                   P{0.8f, 0.5f, 20}, P{1.0f, 0.95f, 1},  P{0.7f, 0.01f, 0}, P{1.0f, 0.999f, 0},
+                                   P{0.5f, 0.9f, 3000}};
+  // Each launch: rows with one setting each (uniform: every row the same; mixed: row r takes setting r).
+  for (int vocab : {320, 8190, 8192, 129280}) {  // 8190: rows not 16-byte aligned, the scalar loads
+    const int rows = int(settings.size());
     auto logits = normal(size_t(rows) * vocab, g, 3.0f);
     logits[7] = logits[9] = 50.0f;  // a tie for greedy in row 0: the lower id wins
+    for (int i = 0; i < vocab / 4; ++i) logits[size_t(vocab) + 2 * i + 1] = logits[size_t(vocab) + 2 * i];  // row 1: pairs of ties
     auto dl = dev(logits);
     cuda::DeviceBuffer work(cuda::sample_work_bytes(rows, vocab), "work");
-    struct P { float temp, top_p; int top_k; };
-    for (P p : {P{0.0f, 1.0f, 0}, P{1.0f, 1.0f, 0}, P{0.7f, 0.9f, 0}, P{1.3f, 1.0f, 50}, P{0.8f, 0.5f, 20},
-                P{1.0f, 0.95f, 1}}) {
-      engine::SamplingParams sp{p.temp, p.top_p, p.top_k};
-      std::vector<double> u(static_cast<size_t>(rows));
+    for (int launch = -1; launch < rows; ++launch) {  // -1: mixed; else every row takes settings[launch]
+      std::vector<cuda::SampleRow> params(static_cast<size_t>(rows));
       std::vector<int> want(static_cast<size_t>(rows));
       std::vector<float> want_p(size_t(rows) * vocab);
       for (int r = 0; r < rows; ++r) {
+        const P p = settings[size_t(launch < 0 ? r : launch)];
+        engine::SamplingParams sp{p.temp, p.top_p, p.top_k};
         const uint64_t seed = g();
         std::mt19937_64 a(seed), b(seed);
         want[size_t(r)] = engine::sample_token(logits.data() + size_t(r) * vocab, vocab, sp, a);
-        u[size_t(r)] = sp.greedy() ? 0.0 : std::uniform_real_distribution<double>(0.0, 1.0)(b);
+        cuda::SampleRow& row = params[size_t(r)];
+        row.u = sp.greedy() ? 0.0 : std::uniform_real_distribution<double>(0.0, 1.0)(b);
+        row.temperature = p.temp;
+        row.top_p = p.top_p;
+        row.top_k = p.top_k;
         engine::sampling_distribution(logits.data() + size_t(r) * vocab, vocab, sp, want_p.data() + size_t(r) * vocab);
       }
-      auto du = dev(u);
+      auto dp = cuda::DeviceArray<cuda::SampleRow>::from(std::span<const cuda::SampleRow>(params), "rows");
       auto tok = poisoned<int>(size_t(rows));
       auto probs = poisoned<float>(size_t(rows) * vocab);
-      MOESERVE_CUDA_CHECK(cuda::sample_rows(dl.data(), rows, vocab, p.temp, p.top_p, p.top_k, du.data(), tok.data(),
-                                            probs.data(), work.data(), nullptr));
-      EXPECT_EQ(host(tok), want) << "vocab " << vocab << " temperature " << p.temp << " top_p " << p.top_p << " top_k "
-                                 << p.top_k;
-      expect_close_rel(host(probs), want_p, 0.0f, 1e-6f, "sampling distribution vocab " + std::to_string(vocab));
+      MOESERVE_CUDA_CHECK(cuda::sample_rows(dl.data(), rows, vocab, dp.data(), tok.data(), probs.data(), work.data(),
+                                            nullptr));
+      const std::string what = "vocab " + std::to_string(vocab) + " launch " + std::to_string(launch);
+      EXPECT_EQ(host(tok), want) << what;
+      expect_close_rel(host(probs), want_p, 0.0f, 1e-6f, "sampling distribution " + what);
     }
   }
+}
+
+// The draw's edges: u just below 1 (past the rounded total: the last id with mass), u = 0 (the first id with mass).
+TEST(CudaSampling, DrawEdges) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  const int vocab = 129280, rows = 2;
+  auto logits = normal(size_t(rows) * vocab, g, 3.0f);
+  auto dl = dev(logits);
+  cuda::DeviceBuffer work(cuda::sample_work_bytes(rows, vocab), "work");
+  std::vector<cuda::SampleRow> params(2);
+  params[0].u = std::nextafter(1.0, 0.0);
+  params[1].u = 0.0;
+  for (auto& p : params) p.temperature = 1.0f;
+  auto dp = cuda::DeviceArray<cuda::SampleRow>::from(std::span<const cuda::SampleRow>(params), "rows");
+  auto tok = poisoned<int>(size_t(rows));
+  MOESERVE_CUDA_CHECK(cuda::sample_rows(dl.data(), rows, vocab, dp.data(), tok.data(), nullptr, work.data(), nullptr));
+  const auto got = host(tok);
+  EXPECT_EQ(got[0], vocab - 1);  // every id has mass at temperature 1 over N(0, 3) logits
+  EXPECT_EQ(got[1], 0);
 }
 
 }  // namespace
