@@ -19,6 +19,7 @@ namespace {
 struct ServeArgs {
   std::string model, host = "127.0.0.1", profile, served_model_name, numerics = "reference", device = "cpu";
   std::string cuda_kernels;  // "" = exact
+  bool disable_cuda_graph = false;
   int port = 30000;
   double memory_gib = 4.0;
   int64_t max_running_requests = 0, max_batch_tokens = 0, max_model_len = 0, default_max_tokens = 256;
@@ -36,6 +37,7 @@ int run_serve(const ServeArgs& a) {
   namespace fs = std::filesystem;
   check(a.device == "cuda" || a.cuda_kernels.empty(),
         "--cuda-kernels applies to --device cuda only (the CPU engine is the reference)");
+  check(a.device == "cuda" || !a.disable_cuda_graph, "--disable-cuda-graph applies to --device cuda only");
   const std::string dir = a.model.empty() ? model::builtin_model_dir() : a.model;
   auto model = model::Model::load(dir);
   std::shared_ptr<const server::Tokenizer> tokenizer;
@@ -53,6 +55,7 @@ int run_serve(const ServeArgs& a) {
   startup.max_model_len = a.max_model_len;
   startup.numerics = model::Numerics::parse(a.numerics);
   startup.cuda_exact = a.cuda_kernels != "fast";
+  startup.cuda_graphs = !a.disable_cuda_graph;
   if (!a.speculative_algorithm.empty()) {
     check(a.speculative_algorithm == "mtp", "--speculative-algorithm '{}' (expected 'mtp')", a.speculative_algorithm);
     startup.speculative_steps = a.speculative_steps;
@@ -107,6 +110,8 @@ CommandRegistration registration{{"serve", "OpenAI-compatible server (default: t
   app.add_option("--cuda-kernels", a->cuda_kernels,
                  "with --device cuda: exact (fp32 activations into every GEMM, the reference engine's logits) or fast (cuBLASLt past 8 rows; MXFP4 experts stay MXFP4 and run the W4A8 GEMM with --numerics checkpoint)")
       ->check(CLI::IsMember({"exact", "fast"}));
+  app.add_flag("--disable-cuda-graph", a->disable_cuda_graph,
+               "with --device cuda: run decode steps eagerly (by default each batch size replays a captured graph)");
   app.add_option("--http-threads", a->threads, "HTTP worker threads (each streaming response holds one)");
   app.add_option("--speculative-algorithm", a->speculative_algorithm, "speculative decoding: mtp (off when absent)");
   app.add_option("--speculative-num-steps", a->speculative_steps, "MTP draft steps per verify (with mtp)")

@@ -209,8 +209,18 @@ void Engine::step() {
   }
   std::vector<uint64_t> finished;
   std::vector<model::ForwardRequest> forward;
+  // A backend that samples on the device takes each drawing request's settings and uniform with the forward
+  // (drawn here from the request's stream as sample_token would) and returns tokens instead of logits.
+  const bool device_sampling = backend_->samples_on_device() && !spec;
   for (const BatchItem& item : batch) {
     model::ForwardRequest f;
+    Request& r = *item.request;
+    const bool draws = item.begin < 0 || r.prefilled + item.count >= int64_t(r.prompt.size());
+    if (device_sampling && draws) {
+      const SamplingParams& sp = r.params.sampling;
+      f.sample = true;
+      f.sampling = {sp.temperature, sp.top_p, sp.top_k, sampling_uniform(sp, r.rng)};
+    }
     f.seq = &item.request->seq;
     f.all_logits = spec;   // the MTP drafter needs the target's streams at every prompt position
     f.keep_hidden = spec;
@@ -252,8 +262,15 @@ void Engine::step() {
     }
     if (r.prefilling()) continue;  // more prompt to go: nothing to sample yet
 
-    const float* logits = result.logits.f32() + (result.first_row[i] + result.row_count[i] - 1) * vocab;
-    FinishReason reason = accept_token(r, sample_token(logits, vocab, r.params.sampling, r.rng));
+    int32_t token;
+    if (forward[i].sample) {
+      check(i < result.tokens.size() && result.tokens[i] >= 0, "internal: the backend did not sample a request");
+      token = result.tokens[i];
+    } else {
+      const float* logits = result.logits.f32() + (result.first_row[i] + result.row_count[i] - 1) * vocab;
+      token = sample_token(logits, vocab, r.params.sampling, r.rng);
+    }
+    FinishReason reason = accept_token(r, token);
     emit(r, {r.output.back()}, reason);
     if (reason != FinishReason::None) finished.push_back(r.id);
   }

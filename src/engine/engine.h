@@ -26,6 +26,7 @@ struct EngineOptions {
   model::Numerics numerics;
   int64_t speculative_steps = 0;  // MTP draft steps per verify (0: no speculative decoding)
   bool cuda_exact = true;         // CUDA backend: the exact parity GEMMs, or the fast ones (model/gpu_model.h)
+  bool cuda_graphs = true;        // CUDA backend: decode steps replay a captured graph per batch size
 };
 
 class Engine {

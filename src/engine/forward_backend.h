@@ -22,6 +22,9 @@ class ForwardBackend {
   virtual int64_t kv_bytes() const = 0;
   virtual model::ForwardResult forward(const std::vector<model::ForwardRequest>& requests,
                                        const model::Numerics& numerics) = 0;
+  // Whether forward honours ForwardRequest::sample (draws tokens where the logits are, returning tokens instead
+  // of logits); the CPU backend does not (its logits are already where the sampler runs).
+  virtual bool samples_on_device() const { return false; }
   // Throws when the backend has no MTP path.
   virtual model::ForwardResult mtp_forward(const std::vector<model::MtpRequest>& requests,
                                            const model::Numerics& numerics) = 0;
@@ -33,8 +36,9 @@ std::unique_ptr<ForwardBackend> make_cpu_backend(std::shared_ptr<const model::Mo
 // The model's weights uploaded to the GPU, KV pools on the device. Throws a clear error in a build without the
 // CUDA backend or on a machine without a supported GPU. No speculative decoding (the MTP layer is CPU-only).
 // exact: the parity GEMMs (fp32 activations everywhere); otherwise the fast ones (cuBLASLt past 8 rows, MXFP4
-// experts through the W4A8 GEMM under FP8 activations), see model/gpu_model.h.
+// experts through the W4A8 GEMM under FP8 activations), see model/gpu_model.h. graphs: decode steps (one token per
+// request) replay a CUDA graph captured per batch size.
 std::unique_ptr<ForwardBackend> make_cuda_backend(const model::Model& model, const model::Numerics& numerics,
-                                                  int64_t slots, int64_t pages, bool exact = true);
+                                                  int64_t slots, int64_t pages, bool exact = true, bool graphs = true);
 
 }  // namespace moeserve::engine

@@ -29,6 +29,7 @@ EnginePlan plan_engine(const model::Model& model, const StartupOptions& o) {
   e.numerics = o.numerics;
   e.speculative_steps = o.speculative_steps;
   e.cuda_exact = o.cuda_exact;
+  e.cuda_graphs = o.cuda_graphs;
   return result;
 }
 
@@ -38,7 +39,7 @@ std::shared_ptr<Engine> start_engine(std::shared_ptr<const model::Model> model, 
   if (device == "cuda") {
     check(o.speculative_steps == 0, "--speculative-algorithm runs on --device cpu only for now");
     return std::make_shared<Engine>(make_cuda_backend(*model, o.numerics, o.limits.max_running_requests, o.kv_pages,
-                                                      o.cuda_exact),
+                                                      o.cuda_exact, o.cuda_graphs),
                                     std::move(decoder), o);
   }
   return std::make_shared<Engine>(std::move(model), std::move(decoder), o);

@@ -19,6 +19,7 @@ struct StartupOptions {
   model::Numerics numerics;
   int64_t speculative_steps = 0;     // MTP draft steps (0: off)
   bool cuda_exact = true;            // --cuda-kernels exact|fast
+  bool cuda_graphs = true;           // decode steps replay captured CUDA graphs (--disable-cuda-graph)
 };
 
 struct EnginePlan {

@@ -1157,12 +1157,41 @@ void GpuModel::forward_async(GpuKvCache& cache, const std::vector<ForwardRequest
   g.generation = generation_;
 }
 
-ForwardResult GpuModel::forward(GpuKvCache& cache, const std::vector<ForwardRequest>& requests) {
+ForwardResult GpuModel::forward(GpuKvCache& cache, const std::vector<ForwardRequest>& requests,
+                                int64_t graph_max_len) {
   ForwardResult result;
-  forward_async(cache, requests, &result.first_row, &result.row_count);
+  forward_async(cache, requests, &result.first_row, &result.row_count, graph_max_len > 0, graph_max_len);
   const int64_t vocab = config_.vocab_size;
-  result.logits = Tensor::empty(DType::F32, {rows_, vocab});
-  cuda::copy_to_host(result.logits.f32(), logits_, size_t(rows_ * vocab) * sizeof(float), stream(), "logits");
+  const bool sample = std::any_of(requests.begin(), requests.end(), [](const ForwardRequest& r) { return r.sample; });
+  if (!sample) {
+    result.logits = Tensor::empty(DType::F32, {rows_, vocab});
+    cuda::copy_to_host(result.logits.f32(), logits_, size_t(rows_ * vocab) * sizeof(float), stream(), "logits");
+    return result;
+  }
+  // Every row is drawn from (rows of requests that did not ask: greedily, and unread); only the tokens come
+  // back, not rows x vocab logits.
+  std::vector<cuda::SampleRow> rows(static_cast<size_t>(rows_));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (!requests[i].sample) continue;
+    const RowSampling& s = requests[i].sampling;
+    cuda::SampleRow& row = rows[size_t(result.first_row[i] + result.row_count[i] - 1)];
+    row.u = s.u;
+    row.temperature = s.temperature;
+    row.top_p = s.top_p;
+    row.top_k = int(std::clamp<int64_t>(s.top_k, 0, vocab));  // >= vocab: off
+  }
+  if (sample_rows_.size() < rows.size()) {
+    sample_rows_ = cuda::DeviceArray<cuda::SampleRow>(rows.size(), "sampling settings");
+    sample_tokens_ = cuda::DeviceArray<int>(rows.size(), "sampled tokens");
+    sample_work_ = cuda::DeviceBuffer(cuda::sample_work_bytes(int(rows.size()), int(vocab)), "sampling work");
+  }
+  sample_rows_.upload(std::span<const cuda::SampleRow>(rows), stream());
+  MOESERVE_CUDA_CHECK(cuda::sample_rows(logits_, int(rows_), int(vocab), sample_rows_.data(), sample_tokens_.data(),
+                                        nullptr, sample_work_.data(), stream()));
+  const std::vector<int> tokens = sample_tokens_.download(stream());
+  result.tokens.assign(requests.size(), -1);
+  for (size_t i = 0; i < requests.size(); ++i)
+    if (requests[i].sample) result.tokens[i] = tokens[size_t(result.first_row[i] + result.row_count[i] - 1)];
   return result;
 }
 

@@ -72,8 +72,10 @@ class GpuModel {
   cache::KvLayout kv_layout() const { return cache::KvLayout::from_config(config_, 0, 0); }
   cudaStream_t stream() const { return stream_.get(); }  // the main stream: forwards start and end on it
 
-  // Model::forward's contract; logits copied to the host.
-  ForwardResult forward(GpuKvCache& cache, const std::vector<ForwardRequest>& requests);
+  // Model::forward's contract; logits copied to the host, or, when a request asks to `sample`, tokens drawn
+  // here (ForwardResult::tokens) and no logits.
+  // graph_max_len > 0: a decode batch replays its batch size's graph, as forward_async with use_graph.
+  ForwardResult forward(GpuKvCache& cache, const std::vector<ForwardRequest>& requests, int64_t graph_max_len = 0);
   // Runs the forward and leaves the logits on the device (logits_device(), rows as ForwardResult's); no sync.
   // first_row/row_count as ForwardResult's. With use_graph, a decode batch (one token per request) replays a
   // captured CUDA graph for its batch size (captured on first use; max_len bounds positions).
@@ -134,6 +136,10 @@ class GpuModel {
   GpuOptions options_;
   kernels::cpu::RopeTable rope_main_, rope_compress_;
   cuda::DeviceArray<float> inv_freq_main_, inv_freq_compress_;
+  // forward()'s device sampling: per-row settings, tokens, and the sampler's scratch (grown to the rows asked).
+  cuda::DeviceArray<cuda::SampleRow> sample_rows_;
+  cuda::DeviceArray<int> sample_tokens_;
+  cuda::DeviceBuffer sample_work_;
   // The main stream carries each sublayer's critical path: its kernels get free SMs before the side
   // streams' (a side branch's 2048-block GEMM had held back the indexer's query path by ~13 us).
   cuda::Stream stream_{cuda::StreamPriority::High};

@@ -17,11 +17,21 @@
 
 namespace moeserve::model {
 
+// How to draw a request's next token from its last row on a backend that samples on the device
+// (engine::SamplingParams and the request's uniform draw u; temperature <= 0: greedy).
+struct RowSampling {
+  float temperature = 0.0f, top_p = 1.0f;
+  int64_t top_k = 0;
+  double u = 0.0;
+};
+
 struct ForwardRequest {
   cache::SequenceKv* seq = nullptr;
   std::span<const int32_t> tokens;  // at positions seq->length, seq->length + 1, ...
   bool all_logits = false;          // logits for every token (else only the last)
   bool keep_hidden = false;         // keep the final hc streams of the logit rows (for MTP drafting)
+  bool sample = false;              // draw the next token on the device with `sampling` (see ForwardResult)
+  RowSampling sampling;
 };
 
 // One sequence's chunk for the MTP layer: at positions start_pos.., the main model's final hc streams h
@@ -38,6 +48,9 @@ struct ForwardResult {
   std::vector<int64_t> first_row;    // per request: its first row in `logits`
   std::vector<int64_t> row_count;    // per request: rows it got
   Tensor hidden;                     // [rows, hc, D] when any request asked for keep_hidden
+  // When a request asked to `sample` on a backend that samples on the device: per request its token (-1 where
+  // it did not ask), and no logits rows.
+  std::vector<int32_t> tokens;
 };
 
 class Model {
