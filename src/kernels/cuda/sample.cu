@@ -86,8 +86,6 @@ struct SelectShared {
 // of T 0.7 / 0.95 over 129280 uniform logits: 2432 us; 431 us with these). A warp's lanes adding one digit at a
 // time (ballot + reduce per digit, no atomics) took 667 us.
 constexpr size_t kPrivateHistBytes = size_t(kWarps) * 256 * (sizeof(unsigned long long) + sizeof(int));
-// The draw's per-warp group sums reuse that memory: up to this many groups of 32 ids a warp (vocab <= 393216).
-constexpr int kMaxGroups = int(kPrivateHistBytes / (kWarps * sizeof(double)));
 
 // Radix select, 8 bits a pass from the top: the largest key t such that the keys >= t reach `need`, each key
 // counting 1 (top-k: t is the need-th largest key) or, under Mass, its weight as 60-bit fixed point (weight *
@@ -262,16 +260,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   // of the 32 sums gives each segment's start, and the last warp whose start is at most u walks its segment
   // in id order. Every later warp with mass offers its first id (its start already exceeds u: the answer where
   // rounding left the walk short); the token is the lowest offer, else (u past the rounded total) the last id
-  // with mass. The walk steps over whole groups of 32 ids by their sums (kept from the first pass in the
-  // histograms' shared memory) and scans ids only in the group where u falls: one warp scanning all ~127 groups
-  // of its segment took 29 us of a 156 us draw.
+  // with mass.
   const int seg = ((vocab + kWarps - 1) / kWarps + 31) / 32 * 32;
-  const int s0 = min(vocab, warp * seg), s1 = min(vocab, s0 + seg), groups = (s1 - s0 + 31) / 32;
-  const bool grouped = seg / 32 <= kMaxGroups;
-  extern __shared__ unsigned long long private_hist[];
-  double* const group_sum = reinterpret_cast<double*>(private_hist) + size_t(warp) * kMaxGroups;
+  const int s0 = min(vocab, warp * seg), s1 = min(vocab, s0 + seg);
   auto prob = [&](int i, float li, double wi) { return rank_key(li, i) >= thr ? float(wi * inv_sum2) : 0.0f; };
-  double acc = 0;  // the same in every lane: the group sums in id order
+  double acc = 0;
   int first = INT_MAX, last = -1;
   for (int c = s0; c < s1; c += 32 * kWalk) {
     float lv[kWalk];
@@ -285,17 +278,17 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
 #pragma unroll
     for (int j = 0; j < kWalk; ++j) {
       const int i = c + 32 * j + lane;
-      const float p = i < s1 ? prob(i, lv[j], wv[j]) : 0.0f;
-      if (probs && i < s1) probs[i] = p;
+      if (i >= s1) continue;
+      const float p = prob(i, lv[j], wv[j]);
+      if (probs) probs[i] = p;
+      acc += p;
       if (p > 0.0f) {
         first = min(first, i);
         last = i;
       }
-      const double group = warp_sum(double(p));
-      if (lane == 0 && grouped && c + 32 * j < s1) group_sum[(c - s0) / 32 + j] = group;
-      acc += group;
     }
   }
+  acc = warp_sum(acc);
   for (int o = 16; o > 0; o >>= 1) {
     first = min(first, __shfl_xor_sync(0xffffffffu, first, o));
     last = max(last, __shfl_xor_sync(0xffffffffu, last, o));
@@ -331,20 +324,27 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   if (warp == s_walker) {
     double run = s_start[warp];
     int found = INT_MAX;
-    for (int g = 0; g < groups && found == INT_MAX; ++g) {
-      if (grouped) {  // u past this group (by its sum): step over it
-        const double group = group_sum[g];
-        if (!(ur < run + group)) {
-          run += group;
-          continue;
-        }
+    for (int c = s0; c < s1 && found == INT_MAX; c += 32 * kWalk) {
+      float lv[kWalk];
+      double wv[kWalk];
+#pragma unroll
+      for (int j = 0; j < kWalk; ++j) {
+        const int i = c + 32 * j + lane;
+        lv[j] = i < s1 ? l[i] : 0.0f;
+        wv[j] = i < s1 ? w[i] : 0.0;
       }
-      const int i = s0 + 32 * g + lane;
-      const float p = i < s1 ? prob(i, l[i], w[i]) : 0.0f;
-      const double incl = warp_inclusive_sum(double(p));
-      const unsigned hit = __ballot_sync(0xffffffffu, p > 0.0f && ur < run + incl);
-      if (hit) found = s0 + 32 * g + __ffs(hit) - 1;
-      run += __shfl_sync(0xffffffffu, incl, 31);  // rounding left the scan short of the sum: go on from here
+#pragma unroll
+      for (int j = 0; j < kWalk; ++j) {
+        const int i = c + 32 * j + lane;
+        const float p = i < s1 ? prob(i, lv[j], wv[j]) : 0.0f;
+        const double incl = warp_inclusive_sum(double(p));
+        const unsigned hit = __ballot_sync(0xffffffffu, p > 0.0f && ur < run + incl);
+        if (hit) {
+          found = c + 32 * j + __ffs(hit) - 1;
+          break;
+        }
+        run += __shfl_sync(0xffffffffu, incl, 31);
+      }
     }
     if (lane == 0 && found < s_token) s_token = found;
   }
