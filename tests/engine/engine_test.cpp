@@ -4,11 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <map>
 #include <mutex>
 
+#include "engine/forward_backend.h"
 #include "engine/generate.h"
+#include "engine/sampler.h"
 #include "model/fixture.h"
 
 namespace moeserve::engine {
@@ -219,6 +222,72 @@ TEST_F(EngineTest, SeededSamplingIsReproducible) {
   a->done.get_future().wait();
   b->done.get_future().wait();
   EXPECT_EQ(a->tokens, b->tokens);
+}
+
+// Samples "on the device" as the CUDA backend does, over the CPU backend's logits: the engine's device-sampling
+// path (settings and uniforms passed with the forward, tokens back, no logits) runs without a GPU.
+class DeviceSamplingBackend : public ForwardBackend {
+ public:
+  explicit DeviceSamplingBackend(std::unique_ptr<ForwardBackend> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return "device-sampling " + inner_->name(); }
+  const io::ModelConfig& config() const override { return inner_->config(); }
+  bool has_mtp() const override { return false; }
+  cache::KvCache& cache() override { return inner_->cache(); }
+  int64_t kv_bytes() const override { return inner_->kv_bytes(); }
+  bool samples_on_device() const override { return true; }
+  model::ForwardResult forward(const std::vector<model::ForwardRequest>& requests,
+                               const model::Numerics& numerics) override {
+    model::ForwardResult r = inner_->forward(requests, numerics);
+    const int64_t vocab = config().vocab_size;
+    r.tokens.assign(requests.size(), -1);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (!requests[i].sample) continue;
+      const model::RowSampling& s = requests[i].sampling;
+      const float* row = r.logits.f32() + (r.first_row[i] + r.row_count[i] - 1) * vocab;
+      r.tokens[i] = sample_token_at(row, vocab, {s.temperature, s.top_p, s.top_k}, s.u);
+      ++*sampled_;
+    }
+    r.logits = Tensor();  // as on the GPU: only the tokens come back
+    return r;
+  }
+  model::ForwardResult mtp_forward(const std::vector<model::MtpRequest>&, const model::Numerics&) override {
+    fail("no MTP here");
+  }
+  std::shared_ptr<std::atomic<int64_t>> sampled_ = std::make_shared<std::atomic<int64_t>>(0);
+
+ private:
+  std::unique_ptr<ForwardBackend> inner_;
+};
+
+TEST_F(EngineTest, DeviceSamplingBackendGetsTheSameTokensAsHostSampling) {
+  EngineOptions o;
+  o.limits.max_running_requests = 4;
+  o.limits.max_batch_tokens = 16;  // prompts prefilled in chunks: only a prompt's last chunk draws
+  o.kv_pages = 16;
+  auto backend = std::make_unique<DeviceSamplingBackend>(make_cpu_backend(model_, 0, 4, 16));
+  auto sampled = backend->sampled_;
+  Engine device(std::move(backend), std::make_shared<AngleDecoderFactory>(), o);
+  auto host = make_engine(4, 16, 16);
+  const std::vector<SamplingParams> settings = {{0.0f, 1.0f, 0}, {0.8f, 0.9f, 20}, {1.0f, 1.0f, 0}, {0.7f, 0.5f, 0}};
+  std::vector<std::shared_ptr<Collected>> on_device, on_host;
+  for (size_t i = 0; i < settings.size(); ++i) {
+    GenerationParams params;
+    params.sampling = settings[i];
+    params.seed = 77 + i;
+    params.max_tokens = 9;
+    params.ignore_eos = true;
+    on_device.push_back(submit(device, prompt(30 + 5 * int64_t(i), int32_t(i)), params));
+    on_host.push_back(submit(*host, prompt(30 + 5 * int64_t(i), int32_t(i)), params));
+  }
+  for (size_t i = 0; i < settings.size(); ++i) {
+    on_device[i]->done.get_future().wait();
+    on_host[i]->done.get_future().wait();
+    EXPECT_EQ(on_device[i]->tokens, on_host[i]->tokens) << "request " << i;
+    EXPECT_EQ(on_device[i]->tokens.size(), 9u);
+  }
+  EXPECT_EQ(sampled->load(), int64_t(settings.size()) * 9);  // every token drawn by the backend, none on the host
+  device.wait_idle();
+  EXPECT_EQ(device.status().pages_free, device.status().pages_total);
 }
 
 }  // namespace
