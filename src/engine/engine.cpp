@@ -221,13 +221,13 @@ void Engine::step() {
       f.sample = true;
       f.sampling = {sp.temperature, sp.top_p, sp.top_k, sampling_uniform(sp, r.rng)};
     }
-    f.seq = &item.request->seq;
+    f.seq = &r.seq;
     f.all_logits = spec;   // the MTP drafter needs the target's streams at every prompt position
     f.keep_hidden = spec;
     if (item.begin >= 0)
-      f.tokens = std::span<const int32_t>(item.request->prompt.data() + item.begin, size_t(item.count));
+      f.tokens = std::span<const int32_t>(r.prompt.data() + item.begin, size_t(item.count));
     else
-      f.tokens = std::span<const int32_t>(&*item.request->pending, 1);
+      f.tokens = std::span<const int32_t>(&*r.pending, 1);
     forward.push_back(f);
   }
   model::ForwardResult result;

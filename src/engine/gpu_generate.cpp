@@ -57,7 +57,7 @@ GenerateResult run_generate(GpuModel& m, const std::vector<int32_t>& prompt, con
     settings.temperature = o.sampling.temperature;
     settings.top_p = o.sampling.top_p;
     settings.top_k = int(o.sampling.top_k);
-    if (!o.sampling.greedy()) settings.u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    settings.u = sampling_uniform(o.sampling, rng);
     row.upload(std::span<const cuda::SampleRow>(&settings, 1), m.stream());
     MOESERVE_CUDA_CHECK(
         cuda::sample_rows(last, 1, int(vocab), row.data(), token.data(), nullptr, work.data(), m.stream()));

@@ -264,17 +264,21 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   const int seg = ((vocab + kWarps - 1) / kWarps + 31) / 32 * 32;
   const int s0 = min(vocab, warp * seg), s1 = min(vocab, s0 + seg);
   auto prob = [&](int i, float li, double wi) { return rank_key(li, i) >= thr ? float(wi * inv_sum2) : 0.0f; };
-  double acc = 0;
-  int first = INT_MAX, last = -1;
-  for (int c = s0; c < s1; c += 32 * kWalk) {
-    float lv[kWalk];
-    double wv[kWalk];
+  // This lane's logits and weights of the kWalk groups of 32 ids from c (both passes over the segment).
+  auto load_walk = [&](int c, float (&lv)[kWalk], double (&wv)[kWalk]) {
 #pragma unroll
     for (int j = 0; j < kWalk; ++j) {
       const int i = c + 32 * j + lane;
       lv[j] = i < s1 ? l[i] : 0.0f;
       wv[j] = i < s1 ? w[i] : 0.0;
     }
+  };
+  double acc = 0;
+  int first = INT_MAX, last = -1;
+  for (int c = s0; c < s1; c += 32 * kWalk) {
+    float lv[kWalk];
+    double wv[kWalk];
+    load_walk(c, lv, wv);
 #pragma unroll
     for (int j = 0; j < kWalk; ++j) {
       const int i = c + 32 * j + lane;
@@ -327,12 +331,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     for (int c = s0; c < s1 && found == INT_MAX; c += 32 * kWalk) {
       float lv[kWalk];
       double wv[kWalk];
-#pragma unroll
-      for (int j = 0; j < kWalk; ++j) {
-        const int i = c + 32 * j + lane;
-        lv[j] = i < s1 ? l[i] : 0.0f;
-        wv[j] = i < s1 ? w[i] : 0.0;
-      }
+      load_walk(c, lv, wv);
 #pragma unroll
       for (int j = 0; j < kWalk; ++j) {
         const int i = c + 32 * j + lane;
