@@ -33,6 +33,38 @@ def row(op, shape, us, nbytes):
     print(f"| torch {op:<22} | {shape:<34} | {us:9.2f} | {nbytes / 1e6:9.3f} | {nbytes / us / 1e3:8.1f} GB/s | roof {100 * nbytes / BW * 1e6 / us:5.1f}% |", flush=True)
 
 
+def sample_top_p(logits, temperature, top_p, top_k):
+    """The sort-based torch sampler engines fall back to (vLLM and SGLang without FlashInfer): top-k, then the
+    smallest prefix of the sorted probabilities reaching top_p, then one multinomial draw."""
+    x = logits / temperature
+    if top_k:
+        x, idx = torch.topk(x, top_k, dim=-1)
+    else:
+        x, idx = torch.sort(x, dim=-1, descending=True)
+    p = torch.softmax(x, dim=-1)
+    cut = torch.cumsum(p, dim=-1) - p >= top_p
+    p = p.masked_fill(cut, 0.0)
+    pick = torch.multinomial(p, 1)
+    return torch.gather(idx, -1, pick)
+
+
+def sampling_peers(dev):
+    """The same settings as bench_gpu_ops' sample rows: 129280 logits uniform in [-8, 8], 1 and 32 rows."""
+    for rows in (1, 32):
+        logits = (torch.rand(rows, 129280, device=dev) * 2 - 1) * 8
+        modes = [("greedy", lambda: torch.argmax(logits, dim=-1)),
+                 ("T 1.0", lambda: torch.multinomial(torch.softmax(logits, dim=-1), 1)),
+                 ("T 0.7, top-p 0.95", lambda: sample_top_p(logits, 0.7, 0.95, 0)),
+                 ("T 0.7, top-k 50, top-p 0.95", lambda: sample_top_p(logits, 0.7, 0.95, 50))]
+        for name, fn in modes:
+            try:
+                us = bench(fn, 20)
+            except Exception as e:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
+                print(f"| torch sample {name} | rows {rows} | not run: {type(e).__name__}: {str(e)[:120]} |", flush=True)
+                continue
+            row(f"sample {name}", f"vocab 129280 rows {rows}", us, rows * 129280 * 4)
+
+
 def main():
     dev = torch.device("cuda")
     for name, n, k in [("wq_b", 32768, 1024), ("wo_b", 4096, 8192), ("shared w13", 4096, 4096), ("head", 129280, 4096)]:
@@ -52,6 +84,7 @@ def main():
         w = torch.ones(4096, device=dev)
         us = bench(lambda: torch.nn.functional.rms_norm(x, (4096,), w, 1e-6))
         row("rms_norm fp32", f"flash T={t}", us, t * 4096 * 8)
+    sampling_peers(dev)
     # HF eager DeepSeek-V4 on the tiny fixture.
     try:
         import transformers

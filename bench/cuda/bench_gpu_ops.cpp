@@ -447,15 +447,18 @@ void bench_indexer(const std::string& model, int S, int count, int ctx, int k) {
          0, kFp32, false);
 }
 
-// Next-token sampling (cuda::sample_rows) over V4's vocabulary: greedy, temperature alone (the OpenAI default
-// of 1), with top-p, and with top-k and top-p, at 1 and 32 rows. One block per row: each pass over the row's
-// logits is latency-bound, so the figure is mostly the passes' memory round trips; bytes count one read of the
-// logits.
+// Next-token sampling (cuda::sample_rows): greedy, temperature alone (the OpenAI default of 1), with top-p, and
+// with top-k and top-p, over V4's vocabulary at 1 and 32 rows and over the demo model's (8192) at 16 rows,
+// launching the phases the settings need (as the engine does). A row is up to 32 slices of one block each, a
+// kernel per phase: the figure is mostly the phases' launch boundaries and memory round trips; bytes count one
+// read of the logits. Timed in a graph (the server with decode graphs) and launched one by one (eager: the
+// server with --disable-cuda-graph, or generate).
 void bench_sampling() {
   if (!want("small")) return;
-  const int vocab = 129280;
   struct Mode { const char* name; float temperature, top_p; int top_k; };
-  for (int rows : {1, 32}) {
+  struct Shape { int vocab, rows; };
+  for (Shape sh : {Shape{129280, 1}, Shape{129280, 32}, Shape{8192, 16}}) {
+    const int vocab = sh.vocab, rows = sh.rows;
     auto logits = floats(size_t(rows) * vocab, 8.0f);
     cuda::DeviceBuffer work(cuda::sample_work_bytes(rows, vocab), "bench sample work");
     cuda::DeviceArray<int> tokens(size_t(rows), "bench tokens");
@@ -469,12 +472,19 @@ void bench_sampling() {
         p.top_k = m.top_k;
       }
       auto params = cuda::DeviceArray<cuda::SampleRow>::from(std::span<const cuda::SampleRow>(ph), "bench rows");
-      const double us = time_us([&](int) {
+      auto call = [&] {
         MOESERVE_CUDA_CHECK(cuda::sample_rows(static_cast<float*>(logits.data()), rows, vocab, params.data(),
-                                              tokens.data(), nullptr, work.data(), st));
-      });
-      report(std::string("sample ") + m.name, "vocab 129280 rows " + std::to_string(rows), us,
-             double(rows) * vocab * 4, 0, kFp32, false);
+                                              tokens.data(), nullptr, work.data(), st,
+                                              cuda::sample_steps(ph.data(), ph.size())));
+      };
+      const double us = time_us([&](int) { call(); });
+      const int calls = 20;
+      const double eager = 1000.0 * bench::elapsed_ms(st, [&] {
+        for (int i = 0; i < calls; ++i) call();
+      }) / calls;
+      const std::string shape = "vocab " + std::to_string(vocab) + " rows " + std::to_string(rows);
+      report(std::string("sample ") + m.name, shape, us, double(rows) * vocab * 4, 0, kFp32, false);
+      report(std::string("sample ") + m.name, shape + " eager", eager, double(rows) * vocab * 4, 0, kFp32, false);
     }
   }
 }

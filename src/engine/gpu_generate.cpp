@@ -60,7 +60,8 @@ GenerateResult run_generate(GpuModel& m, const std::vector<int32_t>& prompt, con
     settings.u = sampling_uniform(o.sampling, rng);
     row.upload(std::span<const cuda::SampleRow>(&settings, 1), m.stream());
     MOESERVE_CUDA_CHECK(
-        cuda::sample_rows(last, 1, int(vocab), row.data(), token.data(), nullptr, work.data(), m.stream()));
+        cuda::sample_rows(last, 1, int(vocab), row.data(), token.data(), nullptr, work.data(), m.stream(),
+                          cuda::sample_steps(&settings, 1)));
     return token.download(m.stream())[0];
   };
   const int64_t chunk = o.prefill_chunk > 0 ? o.prefill_chunk : P;

@@ -172,6 +172,7 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
 GpuModel::~GpuModel() {
   for (auto& [b, g] : graphs_)
     if (g.exec) cudaGraphExecDestroy(g.exec);
+  for (auto& [k, exec] : sample_graphs_) cudaGraphExecDestroy(exec);
   if (branch_ev_) cudaEventDestroy(branch_ev_);
   if (staged_) cudaEventDestroy(staged_);
   if (pinned_) cudaFreeHost(pinned_);
@@ -1157,6 +1158,39 @@ void GpuModel::forward_async(GpuKvCache& cache, const std::vector<ForwardRequest
   g.generation = generation_;
 }
 
+void GpuModel::sample_on_device(int rows, cuda::SampleSteps steps, bool use_graph) {
+  const int vocab = int(config_.vocab_size);
+  auto enqueue = [&] {
+    return cuda::sample_rows(logits_, rows, vocab, sample_rows_.data(), sample_tokens_.data(), nullptr,
+                             sample_work_.data(), stream(), steps);
+  };
+  if (!use_graph) {
+    MOESERVE_CUDA_CHECK(enqueue());
+    return;
+  }
+  const void* buffers[3] = {logits_, sample_rows_.data(), sample_work_.data()};
+  if (!std::equal(buffers, buffers + 3, sample_graph_buffers_)) {
+    for (auto& [k, exec] : sample_graphs_) cudaGraphExecDestroy(exec);
+    sample_graphs_.clear();
+    std::copy(buffers, buffers + 3, sample_graph_buffers_);
+  }
+  const int key = rows * 8 + (steps.draw ? 4 : 0) + (steps.top_k ? 2 : 0) + (steps.top_p ? 1 : 0);
+  cudaGraphExec_t& exec = sample_graphs_[key];
+  if (!exec) {
+    cudaGraph_t graph;
+    MOESERVE_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+    const cudaError_t launched = enqueue();
+    MOESERVE_CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));  // ends the capture before any error is raised
+    if (launched != cudaSuccess) cudaGraphDestroy(graph);
+    MOESERVE_CUDA_CHECK(launched);
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) exec = nullptr;
+    MOESERVE_CUDA_CHECK(e);
+  }
+  MOESERVE_CUDA_CHECK(cudaGraphLaunch(exec, stream()));
+}
+
 ForwardResult GpuModel::forward(GpuKvCache& cache, const std::vector<ForwardRequest>& requests,
                                 int64_t graph_max_len) {
   ForwardResult result;
@@ -1186,8 +1220,7 @@ ForwardResult GpuModel::forward(GpuKvCache& cache, const std::vector<ForwardRequ
     sample_work_ = cuda::DeviceBuffer(cuda::sample_work_bytes(int(rows.size()), int(vocab)), "sampling work");
   }
   sample_rows_.upload(std::span<const cuda::SampleRow>(rows), stream());
-  MOESERVE_CUDA_CHECK(cuda::sample_rows(logits_, int(rows_), int(vocab), sample_rows_.data(), sample_tokens_.data(),
-                                        nullptr, sample_work_.data(), stream()));
+  sample_on_device(int(rows_), cuda::sample_steps(rows.data(), rows.size()), graph_max_len > 0);
   const std::vector<int> tokens = sample_tokens_.download(stream());
   result.tokens.assign(requests.size(), -1);
   for (size_t i = 0; i < requests.size(); ++i)

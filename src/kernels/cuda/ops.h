@@ -357,12 +357,19 @@ struct SampleRow {
   int top_k = 0;             // <= 0: off
   int reserved = 0;
 };
+// The phases a launch runs: a batch without sampled rows needs only the argmax, without top-k / top-p rows no
+// selects (a phase left out acts as off for every row: draw off makes every row greedy).
+struct SampleSteps {
+  bool draw = true, top_k = true, top_p = true;
+};
+// What the rows need (host copies of the settings).
+SampleSteps sample_steps(const SampleRow* rows, size_t n);
 // engine/sampler.h for each row of logits [rows, vocab] with its own settings (rows: a device array): greedy
 // (argmax, ties to the lowest id) or temperature + top-k + top-p, then the token whose cumulative probability (id
-// order) first exceeds u. probs (optional, [rows, vocab]): the distribution drawn from.
-// work: sample_work_bytes(rows, vocab).
+// order) first exceeds u. probs (optional, [rows, vocab]): the distribution drawn from. A row's token does not
+// depend on the other rows. work: sample_work_bytes(rows, vocab).
 size_t sample_work_bytes(int rows, int vocab);
 cudaError_t sample_rows(const float* logits, int rows, int vocab, const SampleRow* params, int* tokens, float* probs,
-                        void* work, cudaStream_t stream);
+                        void* work, cudaStream_t stream, SampleSteps steps = {});
 
 }  // namespace moeserve::cuda

@@ -80,7 +80,9 @@ TEST(CudaSampling, GreedyTopKTopPMatchTheReference) {
                                    P{0.8f, 0.5f, 20}, P{1.0f, 0.95f, 1},  P{0.7f, 0.01f, 0}, P{1.0f, 0.999f, 0},
                                    P{0.5f, 0.9f, 3000}};
   // Each launch: rows with one setting each (uniform: every row the same; mixed: row r takes setting r).
-  for (int vocab : {320, 8190, 8192, 129280}) {  // 8190: rows not 16-byte aligned, the scalar loads
+  // 8190: rows not 16-byte aligned, the scalar loads; 129280: 32 slices of 4096 ids; 152064: slices of 4864 ids,
+  // more than one draw segment per thread in the walk.
+  for (int vocab : {320, 8190, 8192, 129280, 152064}) {
     const int rows = int(settings.size());
     auto logits = normal(size_t(rows) * vocab, g, 3.0f);
     logits[7] = logits[9] = 50.0f;  // a tie for greedy in row 0: the lower id wins
@@ -105,35 +107,61 @@ TEST(CudaSampling, GreedyTopKTopPMatchTheReference) {
         engine::sampling_distribution(logits.data() + size_t(r) * vocab, vocab, sp, want_p.data() + size_t(r) * vocab);
       }
       auto dp = cuda::DeviceArray<cuda::SampleRow>::from(std::span<const cuda::SampleRow>(params), "rows");
-      auto tok = poisoned<int>(size_t(rows));
-      auto probs = poisoned<float>(size_t(rows) * vocab);
-      MOESERVE_CUDA_CHECK(cuda::sample_rows(dl.data(), rows, vocab, dp.data(), tok.data(), probs.data(), work.data(),
-                                            nullptr));
-      const std::string what = "vocab " + std::to_string(vocab) + " launch " + std::to_string(launch);
-      EXPECT_EQ(host(tok), want) << what;
-      expect_close_rel(host(probs), want_p, 0.0f, 1e-6f, "sampling distribution " + what);
+      // Every phase launched, and only the phases these settings need (as the engine launches them).
+      for (const cuda::SampleSteps steps : {cuda::SampleSteps{}, cuda::sample_steps(params.data(), params.size())}) {
+        auto tok = poisoned<int>(size_t(rows));
+        auto probs = poisoned<float>(size_t(rows) * vocab);
+        MOESERVE_CUDA_CHECK(cuda::sample_rows(dl.data(), rows, vocab, dp.data(), tok.data(), probs.data(),
+                                              work.data(), nullptr, steps));
+        const std::string what = "vocab " + std::to_string(vocab) + " launch " + std::to_string(launch) +
+                                 (steps.top_k && steps.top_p ? " all phases" : " needed phases");
+        EXPECT_EQ(host(tok), want) << what;
+        expect_close_rel(host(probs), want_p, 0.0f, 1e-6f, "sampling distribution " + what);
+      }
     }
   }
 }
 
-// The draw's edges: u just below 1 (past the rounded total: the last id with mass), u = 0 (the first id with mass).
+// The draw's edges, where the answer does not hang on rounding: u = 0 takes the first id with mass, u just below 1
+// the last (given a last id of large probability: otherwise the rounded running sum may pass u a few ids before
+// it), with the kept ids in different slices of the row.
 TEST(CudaSampling, DrawEdges) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
-  const int vocab = 129280, rows = 2;
+  const int vocab = 129280;
+  const double below_one = std::nextafter(1.0, 0.0);
+  struct Case { double u; float top_p; int top_k; bool last_high; int want; };
+  const std::vector<Case> cases = {
+      {below_one, 1.0f, 0, true, vocab - 1},  // every id has mass; the last one most of it
+      {0.0, 1.0f, 0, false, 0},
+      {below_one, 1.0f, 3, false, 129000},  // top-3: ids 100, 5000, 129000 (slices 0, 1, 31)
+      {0.0, 1.0f, 3, false, 100},
+      {below_one, 0.5f, 0, false, 100},  // id 100 alone holds ~0.66 of the mass
+  };
+  const int rows = int(cases.size());
   auto logits = normal(size_t(rows) * vocab, g, 3.0f);
+  std::vector<cuda::SampleRow> params(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    float* l = logits.data() + size_t(r) * vocab;
+    const Case& c = cases[size_t(r)];
+    if (c.last_high) {
+      l[vocab - 1] = 30.0f;
+    } else {
+      l[100] = 30.0f;
+      l[5000] = 29.0f;
+      l[129000] = 28.0f;
+    }
+    params[size_t(r)] = cuda::SampleRow{c.u, 1.0f, c.top_p, c.top_k, 0};
+    const engine::SamplingParams sp{1.0f, c.top_p, c.top_k};
+    ASSERT_EQ(engine::sample_token_at(l, vocab, sp, c.u), c.want) << "reference, case " << r;
+  }
   auto dl = dev(logits);
   cuda::DeviceBuffer work(cuda::sample_work_bytes(rows, vocab), "work");
-  std::vector<cuda::SampleRow> params(2);
-  params[0].u = std::nextafter(1.0, 0.0);
-  params[1].u = 0.0;
-  for (auto& p : params) p.temperature = 1.0f;
   auto dp = cuda::DeviceArray<cuda::SampleRow>::from(std::span<const cuda::SampleRow>(params), "rows");
   auto tok = poisoned<int>(size_t(rows));
   MOESERVE_CUDA_CHECK(cuda::sample_rows(dl.data(), rows, vocab, dp.data(), tok.data(), nullptr, work.data(), nullptr));
   const auto got = host(tok);
-  EXPECT_EQ(got[0], vocab - 1);  // every id has mass at temperature 1 over N(0, 3) logits
-  EXPECT_EQ(got[1], 0);
+  for (int r = 0; r < rows; ++r) EXPECT_EQ(got[size_t(r)], cases[size_t(r)].want) << "case " << r;
 }
 
 }  // namespace
