@@ -8,6 +8,7 @@
 #include "cli/command.h"
 #include "core/log.h"
 #include "engine/startup.h"
+#include "io/model_config.h"
 #include "model/builtin.h"
 #include "planner/report.h"
 #include "server/http_server.h"
@@ -19,6 +20,9 @@ namespace {
 struct ServeArgs {
   std::string model, host = "127.0.0.1", profile, served_model_name, numerics = "reference", device = "cpu";
   std::string cuda_kernels;  // "" = exact
+  std::string load_format = "auto", tokenizer;
+  int64_t num_layers = 0;
+  double mem_fraction = 0.0;  // 0: the profile's
   bool disable_cuda_graph = false;
   int port = 30000;
   double memory_gib = 4.0;
@@ -38,13 +42,32 @@ int run_serve(const ServeArgs& a) {
   check(a.device == "cuda" || a.cuda_kernels.empty(),
         "--cuda-kernels applies to --device cuda only (the CPU engine is the reference)");
   check(a.device == "cuda" || !a.disable_cuda_graph, "--disable-cuda-graph applies to --device cuda only");
+  const bool dummy = a.load_format == "dummy";
+  check(!dummy || a.device == "cuda", "--load-format dummy runs on the GPU only; add --device cuda");
+  check(dummy || a.num_layers == 0, "--num-layers is for --load-format dummy");
+  check(a.num_layers >= 0, "--num-layers must be >= 0 (0: all), got {}", a.num_layers);
   const std::string dir = a.model.empty() ? model::builtin_model_dir() : a.model;
-  auto model = model::Model::load(dir);
+  // --load-format dummy: the config's shapes (its first --num-layers layers) with random weights made on the GPU.
+  std::shared_ptr<model::Model> model;
+  io::ModelConfig config;
+  if (dummy) {
+    config = io::load_model_config((fs::path(dir) / "config.json").string());
+    check(a.num_layers <= config.num_layers, "--num-layers {}: the model has {} layers", a.num_layers,
+          config.num_layers);
+    if (a.num_layers > 0) {
+      config.num_layers = a.num_layers;
+      config.layers.resize(size_t(a.num_layers));
+    }
+  } else {
+    model = model::Model::load(dir);
+  }
   std::shared_ptr<const server::Tokenizer> tokenizer;
-  if (fs::exists(fs::path(dir) / "tokenizer.json"))
+  if (!a.tokenizer.empty())
+    tokenizer = std::make_shared<server::Tokenizer>(server::Tokenizer::load(a.tokenizer));
+  else if (fs::exists(fs::path(dir) / "tokenizer.json"))
     tokenizer = std::make_shared<server::Tokenizer>(server::Tokenizer::load(dir));
   else
-    spdlog::warn("{} has no tokenizer.json: requests must send token ids", dir);
+    spdlog::warn("{} has no tokenizer.json (and no --tokenizer): requests must send token ids", dir);
 
   engine::StartupOptions startup;
   startup.device = a.device;
@@ -56,17 +79,21 @@ int run_serve(const ServeArgs& a) {
   startup.numerics = model::Numerics::parse(a.numerics);
   startup.cuda_exact = a.cuda_kernels != "fast";
   startup.cuda_graphs = !a.disable_cuda_graph;
+  startup.dummy_weights = dummy;
+  if (a.mem_fraction != 0.0) startup.mem_fraction = a.mem_fraction;
   if (!a.speculative_algorithm.empty()) {
     check(a.speculative_algorithm == "mtp", "--speculative-algorithm '{}' (expected 'mtp')", a.speculative_algorithm);
     startup.speculative_steps = a.speculative_steps;
   }
-  engine::EnginePlan plan = engine::plan_engine(*model, startup);
+  engine::EnginePlan plan = dummy ? engine::plan_engine(config, startup) : engine::plan_engine(*model, startup);
   spdlog::info("memory plan ({} on {}):\n{}", plan.plan.profile.name, plan.plan.device.name,
                planner::format_plan_text(plan.plan));
 
   std::shared_ptr<engine::TextDecoderFactory> decoder;
   if (tokenizer) decoder = std::make_shared<server::TokenizerTextDecoderFactory>(tokenizer);
-  auto eng = engine::start_engine(model, plan, a.device, decoder);
+  // Dummy weights from seed 1: the weights `moeserve generate --load-format dummy` makes at its default seed.
+  auto eng = dummy ? engine::start_dummy_engine(config, 1, plan, decoder)
+                   : engine::start_engine(model, plan, a.device, decoder);
 
   server::ServerOptions so;
   so.host = a.host;
@@ -112,6 +139,15 @@ CommandRegistration registration{{"serve", "OpenAI-compatible server (default: t
       ->check(CLI::IsMember({"exact", "fast"}));
   app.add_flag("--disable-cuda-graph", a->disable_cuda_graph,
                "with --device cuda: run decode steps eagerly (by default each batch size replays a captured graph)");
+  app.add_option("--load-format", a->load_format,
+                 "auto (the checkpoint in --model) | dummy (random weights of its config's shapes, made on the GPU: "
+                 "performance work without a checkpoint; with --device cuda)")
+      ->check(CLI::IsMember({"auto", "dummy"}));
+  app.add_option("--num-layers", a->num_layers, "with --load-format dummy: the first N layers (0: all)");
+  app.add_option("--mem-fraction-static", a->mem_fraction,
+                 "fraction of the device's memory the engine plans with (default: the profile's mem_fraction)");
+  app.add_option("--tokenizer", a->tokenizer,
+                 "a tokenizer.json, or a directory holding one (default: the model directory's)");
   app.add_option("--http-threads", a->threads, "HTTP worker threads (each streaming response holds one)");
   app.add_option("--speculative-algorithm", a->speculative_algorithm, "speculative decoding: mtp (off when absent)");
   app.add_option("--speculative-num-steps", a->speculative_steps, "MTP draft steps per verify (with mtp)")

@@ -14,13 +14,9 @@ namespace {
 
 class CudaBackend : public ForwardBackend {
  public:
-  CudaBackend(const model::Model& model, const model::Numerics& numerics, int64_t slots, int64_t pages, bool exact,
+  CudaBackend(std::unique_ptr<model::GpuModel> gpu, const model::Numerics& numerics, int64_t slots, int64_t pages,
               bool graphs)
-      : numerics_(numerics), graphs_(graphs) {
-    model::GpuOptions options;
-    options.exact = exact;
-    options.numerics = numerics;
-    gpu_ = model::GpuModel::from_model(model, options);
+      : numerics_(numerics), graphs_(graphs), gpu_(std::move(gpu)) {
     cache_ = std::make_unique<model::GpuKvCache>(gpu_->kv_layout(), slots, pages);
   }
   std::string name() const override { return "cuda (" + cuda::device_info().name + ")"; }
@@ -70,10 +66,24 @@ std::unique_ptr<ForwardBackend> make_cuda_backend(const model::Model& model, con
                                                   int64_t slots, int64_t pages, bool exact, bool graphs) {
 #if MOESERVE_WITH_CUDA
   check(cuda::available(), "--device cuda: {}", cuda::device_info().reason);
-  return std::make_unique<CudaBackend>(model, numerics, slots, pages, exact, graphs);
+  return std::make_unique<CudaBackend>(model::GpuModel::from_model(model, {exact, numerics}), numerics, slots, pages,
+                                       graphs);
 #else
   (void)model, (void)numerics, (void)slots, (void)pages, (void)exact, (void)graphs;
   fail("--device cuda: this moeserve was built without the CUDA backend (MOESERVE_CUDA=OFF)");
+#endif
+}
+
+std::unique_ptr<ForwardBackend> make_cuda_dummy_backend(const io::ModelConfig& config, uint64_t seed,
+                                                        const model::Numerics& numerics, int64_t slots, int64_t pages,
+                                                        bool exact, bool graphs) {
+#if MOESERVE_WITH_CUDA
+  check(cuda::available(), "--device cuda: {}", cuda::device_info().reason);
+  return std::make_unique<CudaBackend>(model::GpuModel::dummy(config, 0, seed, {exact, numerics}), numerics, slots,
+                                       pages, graphs);
+#else
+  (void)config, (void)seed, (void)numerics, (void)slots, (void)pages, (void)exact, (void)graphs;
+  fail("--load-format dummy needs the CUDA backend; this moeserve was built without it (MOESERVE_CUDA=OFF)");
 #endif
 }
 

@@ -40,5 +40,10 @@ std::unique_ptr<ForwardBackend> make_cpu_backend(std::shared_ptr<const model::Mo
 // request) replay a CUDA graph captured per batch size.
 std::unique_ptr<ForwardBackend> make_cuda_backend(const model::Model& model, const model::Numerics& numerics,
                                                   int64_t slots, int64_t pages, bool exact = true, bool graphs = true);
+// The same over random weights of `config`'s shapes created on the GPU (--load-format dummy: performance work
+// without a checkpoint; model::GpuModel::dummy picks the weight types).
+std::unique_ptr<ForwardBackend> make_cuda_dummy_backend(const io::ModelConfig& config, uint64_t seed,
+                                                        const model::Numerics& numerics, int64_t slots, int64_t pages,
+                                                        bool exact = true, bool graphs = true);
 
 }  // namespace moeserve::engine

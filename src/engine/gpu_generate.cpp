@@ -116,14 +116,7 @@ Tensor all_logits_cuda(const model::Model& model, const std::vector<int32_t>& id
 GenerateResult generate_cuda_dummy(const io::ModelConfig& config, int64_t num_layers,
                                    const std::vector<int32_t>& prompt, const GenerateOptions& options,
                                    const CudaRunOptions& run) {
-  const bool fp8 = config.quantization.has_value();
-  const auto t = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
-  // MXFP4 experts (expert_dtype fp4) run through the W4A8 GEMM, which quantizes activations to FP8: only
-  // outside the exact numerics; there they are FP8.
-  const bool fp4 = fp8 && config.expert_dtype == "fp4" && !run.exact &&
-                   model::mxfp4_experts_shape_ok(config.hidden_size, config.moe_intermediate_size);
-  auto m = GpuModel::dummy(config, num_layers, t, fp4 ? cuda::WeightType::MXFP4 : t, options.seed + 1,
-                           {run.exact, options.numerics});
+  auto m = GpuModel::dummy(config, num_layers, options.seed + 1, {run.exact, options.numerics});
   return run_generate(*m, prompt, options, run);
 }
 

@@ -31,6 +31,11 @@ int64_t pack_rows(const std::vector<const LinearWeight*>& parts, int K, uint8_t*
 
 bool mxfp4_experts_shape_ok(int64_t D, int64_t I) { return D > 0 && I > 0 && D % 256 == 0 && I % 256 == 0; }
 
+bool dummy_experts_mxfp4(const io::ModelConfig& config, bool exact) {
+  return config.quantization.has_value() && config.expert_dtype == "fp4" && !exact &&
+         mxfp4_experts_shape_ok(config.hidden_size, config.moe_intermediate_size);
+}
+
 PackedMxfp4Experts pack_mxfp4_experts(const std::vector<ExpertWeights>& experts, int first, int count) {
   check(first >= 0 && count > 0 && size_t(first) + size_t(count) <= experts.size(),
         "internal: experts [{}, {}) of {}", first, first + count, experts.size());

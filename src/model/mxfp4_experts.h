@@ -21,6 +21,10 @@ struct PackedMxfp4Experts {
 
 // The W4A8 GEMM's shape rules for both matrices (N % 128, K % 256): D % 256 == 0 and I % 256 == 0.
 bool mxfp4_experts_shape_ok(int64_t D, int64_t I);
+// Whether random weights of `config` (--load-format dummy) get MXFP4 experts: the config's experts are FP4 in an
+// FP8 checkpoint, the GEMMs are not the exact ones (the W4A8 GEMM quantizes activations to FP8), and the shapes fit.
+// Otherwise the experts take the linears' type: FP8 in an FP8 checkpoint, else BF16.
+bool dummy_experts_mxfp4(const io::ModelConfig& config, bool exact);
 
 // Packs experts [first, first + count). Every expert's w1/w3/w2 must be WeightFormat::Mxfp4 of one shape
 // (w1, w3: [I, D]; w2: [D, I]); throws naming the expert otherwise.
