@@ -812,23 +812,34 @@ void bench_layer_decode(cuda::Blas& blas) {
   std::printf("%s\n", layer_summary.c_str());
 }
 
-// V4-Flash prefill per layer: one sequence's prompt of P tokens (positions 0 .. P - 1, one chunk) through the 2- and
-// the 4-layer dummy models (layers 2 (C4) and 3 (C128) are the difference), MXFP4 experts, the checkpoint numerics
-// as a server of these weights runs them. Best of 3 alternating rounds; the difference halved.
+// V4-Flash prefill per layer: S sequences' prompts of P tokens each (positions 0 .. P - 1, one chunk each, one
+// forward: a server's prefill step) through the 2- and the 4-layer dummy models (layers 2 (C4) and 3 (C128) are
+// the difference), MXFP4 experts, the checkpoint numerics as a server of these weights runs them. Best of 3
+// alternating rounds; the difference halved. MOESERVE_PROFILE_PREFILL=S+D: a profiler range (nsys
+// --capture-range=cudaProfilerApi) around one forward of the 4-layer model at that shape.
 void bench_layer_prefill() {
   if (!want("prefill")) return;
   io::ModelConfig c = io::load_model_config(std::string(MOESERVE_SOURCE_DIR) + "/presets/models/deepseek-v4-flash/config.json");
-  for (int P : {4096}) {
+  const char* prof = std::getenv("MOESERVE_PROFILE_PREFILL");
+  // D: sequences that decode one token after P tokens, in the same forward as the S prompts (a server's mixed step).
+  struct Shape { int S, P, D; };
+  for (Shape sh : {Shape{1, 4096, 0}, Shape{1, 256, 0}, Shape{3, 256, 0}, Shape{3, 256, 1}, Shape{0, 256, 1},
+                   Shape{8, 256, 0}, Shape{16, 256, 0}}) {
+    const int S = sh.S, P = sh.P, D = sh.D;
     std::array<LayerStack, 2> stacks;
     for (int li = 0; li < 2; ++li) {
       LayerStack& k = stacks[size_t(li)];
       k.m = model::GpuModel::dummy(c, li == 0 ? 2 : 4, cuda::WeightType::FP8, cuda::WeightType::MXFP4, 3,
                                    {false, model::Numerics::checkpoint()});
-      k.cache = std::make_unique<model::GpuKvCache>(k.m->kv_layout(), 1, int64_t(P / 256 + 2));
-      k.seqs.push_back(k.cache->host().open_sequence());
-      k.cache->host().reserve(k.seqs[0], P);
+      k.cache = std::make_unique<model::GpuKvCache>(k.m->kv_layout(), S + D, int64_t(S + D) * (P / 256 + 2));
       for (int i = 0; i < P; ++i) k.toks.push_back(int32_t(5 + (i * 7919) % int(c.vocab_size - 5)));
-      k.reqs.push_back({&k.seqs[0], std::span<const int32_t>(k.toks), false, false});
+      k.seqs.reserve(size_t(S + D));
+      for (int q = 0; q < S + D; ++q) {
+        k.seqs.push_back(k.cache->host().open_sequence());
+        k.cache->host().reserve(k.seqs.back(), q < D ? P + 1 : P);
+        if (q < D) k.seqs.back().length = P;  // its KV is the pools' zeros: the timing does not read values
+        k.reqs.push_back({&k.seqs.back(), std::span<const int32_t>(k.toks).first(q < D ? 1 : size_t(P)), false, false});
+      }
       k.m->forward_async(*k.cache, k.reqs, &k.first, &k.count);  // warm-up (workspaces, cuBLASLt plans)
       MOESERVE_CUDA_CHECK(cudaStreamSynchronize(k.m->stream()));
     }
@@ -840,10 +851,17 @@ void bench_layer_prefill() {
                                   k.m->forward_async(*k.cache, k.reqs, &k.first, &k.count);
                                 })));
       }
+    if (prof && std::string(prof) == std::to_string(S) + "+" + std::to_string(D)) {
+      LayerStack& k = stacks[1];
+      cudaProfilerStart();
+      k.m->forward_async(*k.cache, k.reqs, &k.first, &k.count);
+      MOESERVE_CUDA_CHECK(cudaStreamSynchronize(k.m->stream()));
+      cudaProfilerStop();
+    }
     const double per_layer = (t[1] - t[0]) / 2.0;
-    std::printf("| V4-Flash prefill / layer, mxfp4 experts | P=%d (C4+C128 avg) | %9.3f ms | %.0f tokens/s per layer "
-                "| (2 layers + embed/head %.2f ms, 4 layers %.2f ms) |\n",
-                P, per_layer, 1000.0 * P / per_layer, t[0], t[1]);
+    std::printf("| V4-Flash prefill / layer, mxfp4 experts | S=%d x P=%d + %d decoding (C4+C128 avg) | %9.3f ms | %.0f "
+                "tokens/s per layer | (2 layers + embed/head %.2f ms, 4 layers %.2f ms) |\n",
+                S, P, D, per_layer, 1000.0 * (S * P + D) / per_layer, t[0], t[1]);
   }
 }
 

@@ -567,10 +567,11 @@ void GpuModel::linear(const GemmView& v, const float* x, int M, int ldx, float* 
         return;
       }
     } else if (fp8_lt_ && v.blk_scale && K % 128 == 0 && ldx % 4 == 0) {
-      auto* xq = static_cast<uint8_t*>(bufs_[102].get(size_t(M) * K, &generation_));
-      auto* xs = static_cast<float*>(bufs_[103].get(size_t(M) * (K / 128) * 4, &generation_));
-      MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(x, M, K, ldx, xq, xs, st));
-      if (blas_.gemm_fp8_block(xq, xs, static_cast<const uint8_t*>(v.w), v.blk_scale, y, M, v.N, K, ldy, st)) {
+      // Rows cuBLASLt has no algorithm for run padded (linear_fp8_block): the GEMV below took ~3 ms a call at 769
+      // rows, 5.6x a server's whole mixed step (docs/benchmarks/server.md).
+      void* scratch = bufs_[102].get(blas_.linear_fp8_block_scratch(M, v.N, K, ldy), &generation_);
+      if (blas_.linear_fp8_block(x, M, K, ldx, static_cast<const uint8_t*>(v.w), v.blk_scale, v.N, y, ldy, scratch,
+                                 st)) {
         lt_done();
         return;
       }

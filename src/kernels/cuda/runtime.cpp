@@ -217,6 +217,50 @@ bool Blas::gemm_bf16_terms(const uint16_t* terms, int nterms, const uint16_t* w,
   return true;
 }
 
+namespace {
+size_t round_256(size_t n) { return (n + 255) / 256 * 256; }
+int padded_rows(int M) { return (M + 15) / 16 * 16; }
+}  // namespace
+
+size_t Blas::linear_fp8_block_scratch(int M, int N, int K, int ldy) {
+  size_t bytes;
+  workspace(0, &bytes);
+  const bool direct = plan_for(static_cast<cublasLtHandle_t>(handle_), 1, M, N, K, ldy, bytes).ok;
+  const size_t Mp = size_t(direct ? M : padded_rows(M));
+  const size_t quantized = round_256(Mp * K) + round_256(Mp * (K / 128) * 4);
+  return direct ? quantized : quantized + round_256(Mp * K * 4) + round_256(Mp * N * 4);
+}
+
+bool Blas::linear_fp8_block(const float* x, int M, int K, int ldx, const uint8_t* w, const float* w_scales, int N,
+                            float* y, int ldy, void* scratch, cudaStream_t stream) {
+  size_t bytes;
+  workspace(0, &bytes);
+  const auto h = static_cast<cublasLtHandle_t>(handle_);
+  const bool direct = plan_for(h, 1, M, N, K, ldy, bytes).ok;
+  const int Mp = direct ? M : padded_rows(M);
+  if (!direct && !plan_for(h, 1, Mp, N, K, N, bytes).ok) return false;
+  char* p = static_cast<char*>(scratch);
+  auto* xq = reinterpret_cast<uint8_t*>(p);
+  auto* xs = reinterpret_cast<float*>(p + round_256(size_t(Mp) * K));
+  auto* xp = reinterpret_cast<float*>(reinterpret_cast<char*>(xs) + round_256(size_t(Mp) * (K / 128) * 4));
+  auto* yp = reinterpret_cast<float*>(reinterpret_cast<char*>(xp) + round_256(size_t(Mp) * K * 4));
+  const float* xin = x;
+  int ld = ldx;
+  if (!direct) {  // zero rows quantize to zero codes: they add nothing and their outputs are dropped
+    MOESERVE_CUDA_CHECK(cudaMemcpy2DAsync(xp, size_t(K) * 4, x, size_t(ldx) * 4, size_t(K) * 4, size_t(M),
+                                          cudaMemcpyDeviceToDevice, stream));
+    MOESERVE_CUDA_CHECK(cudaMemsetAsync(xp + size_t(M) * K, 0, size_t(Mp - M) * K * 4, stream));
+    xin = xp;
+    ld = K;
+  }
+  MOESERVE_CUDA_CHECK(act_quant_fp8(xin, Mp, K, ld, xq, xs, stream));
+  if (!gemm_fp8_block(xq, xs, w, w_scales, direct ? y : yp, Mp, N, K, direct ? ldy : N, stream)) return false;
+  if (!direct)
+    MOESERVE_CUDA_CHECK(cudaMemcpy2DAsync(y, size_t(ldy) * 4, yp, size_t(N) * 4, size_t(N) * 4, size_t(M),
+                                          cudaMemcpyDeviceToDevice, stream));
+  return true;
+}
+
 bool Blas::gemm_fp8_block(const uint8_t* x, const float* x_scales, const uint8_t* w, const float* w_scales, float* y,
                           int M, int N, int K, int ldy, cudaStream_t stream) {
   auto h = static_cast<cublasLtHandle_t>(handle_);

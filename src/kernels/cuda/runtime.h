@@ -104,6 +104,14 @@ class Blas {
   // (w_scales [ceil(N/128)][ld = round_up(K/128, 4)]). fp32 out. False when unsupported.
   bool gemm_fp8_block(const uint8_t* x, const float* x_scales, const uint8_t* w, const float* w_scales, float* y,
                       int M, int N, int K, int ldy, cudaStream_t stream);
+  // y [M][ldy] = x W^T for an fp32 x [M][ldx] through the official FP8 quantizer (act_quant_fp8) and gemm_fp8_block.
+  // cuBLASLt has algorithms for some row counts only (none for 769: a server step of three 256-token prompts and a
+  // decode row): those rows run padded with zero rows to a multiple of 16, through the scratch. False when there
+  // is no algorithm even then. scratch: linear_fp8_block_scratch(M, N, K, ldy) bytes, 256-byte aligned (the
+  // quantized x, and where the rows need padding, the padded x and y).
+  bool linear_fp8_block(const float* x, int M, int K, int ldx, const uint8_t* w, const float* w_scales, int N, float* y,
+                        int ldy, void* scratch, cudaStream_t stream);
+  size_t linear_fp8_block_scratch(int M, int N, int K, int ldy);
   void* handle() const { return handle_; }
 
  private:

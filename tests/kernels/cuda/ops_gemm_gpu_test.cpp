@@ -533,6 +533,53 @@ TEST(CudaGemm, CublasLtBf16AndFp8BlockScaled) {
   }
 }
 
+// The FP8 linear as the model runs it past 64 rows (Blas::linear_fp8_block: the official quantizer, then cuBLASLt's
+// block-scaled GEMM), at row counts cuBLASLt has no algorithm for (769: three 256-token prompts and a decode row;
+// such rows run padded with zero rows) and ones it has; x and y with row strides past their widths, y's pad
+// poisoned (the padded rows must not land in y). Against the double reference on the quantized x, the tolerance
+// of CublasLtBf16AndFp8BlockScaled.
+TEST(CudaGemm, Fp8LinearAtAnyRowCount) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  cuda::Blas blas;
+  struct Shape { int M, N, K; };
+  for (Shape s : {Shape{769, 512, 1024}, Shape{768, 512, 1024}, Shape{65, 256, 2048}, Shape{1001, 384, 512}}) {
+    const int ldx = s.K + 4, ldy = s.N + 8;
+    auto x = normal(size_t(s.M) * ldx, g);
+    auto dx = dev(x);
+    Weights w = make_weights(true, s.N, s.K, 1, g);
+    auto wq = dev(w.q);
+    int bld;
+    auto dblk = dev(block_scales(w, &bld));
+    cuda::DeviceBuffer scratch(blas.linear_fp8_block_scratch(s.M, s.N, s.K, ldy), "scratch");
+    auto y = poisoned<float>(size_t(s.M) * ldy);
+    ASSERT_TRUE(blas.linear_fp8_block(dx.data(), s.M, s.K, ldx, wq.data(), dblk.data(), s.N, y.data(), ldy,
+                                      scratch.data(), nullptr))
+        << "M=" << s.M;
+    std::vector<float> xr(size_t(s.M) * s.K);
+    for (int m = 0; m < s.M; ++m)
+      std::copy_n(x.data() + size_t(m) * ldx, s.K, xr.data() + size_t(m) * s.K);
+    ref::fp8_block_sim(xr.data(), s.M, s.K, s.K, 128);
+    const std::vector<float> got = host(y);
+    std::vector<float> got_rows(size_t(s.M) * s.N), want(got_rows.size()), tol(got_rows.size());
+    for (int m = 0; m < s.M; ++m) {
+      std::copy_n(got.data() + size_t(m) * ldy, s.N, got_rows.data() + size_t(m) * s.N);
+      for (int n = s.N; n < ldy; ++n)
+        ASSERT_TRUE(std::isnan(got[size_t(m) * ldy + n])) << "row " << m << " pad " << n << " written, M=" << s.M;
+    }
+    parallel_for(s.N, 16, [&](int64_t b, int64_t e) {
+      for (int m = 0; m < s.M; ++m)
+        for (int64_t n = b; n < e; ++n) {
+          double r, as;
+          reference(xr.data(), s.K, w.deq.data(), s.K, m, int(n), &r, &as);
+          want[size_t(m) * s.N + n] = float(r);
+          tol[size_t(m) * s.N + n] = float(as / 1024.0);
+        }
+    });
+    expect_close(got_rows, want, tol, "fp8 linear M=" + std::to_string(s.M));
+  }
+}
+
 // An fp32-input linear with BF16 weights as the model runs it past 8 rows (GpuModel::linear, fp32_input): x split
 // into two or three bf16 terms, then Blas::gemm_bf16_terms (stacked as rows of one cuBLASLt GEMM and added in
 // order up to 64 rows, one accumulating GEMM per term past that). Against the double reference on the fp32 x: the
