@@ -1176,11 +1176,11 @@ void GpuModel::sample_on_device(int rows, cuda::SampleSteps steps, bool use_grap
     MOESERVE_CUDA_CHECK(enqueue());
     return;
   }
-  const void* buffers[3] = {logits_, sample_rows_.data(), sample_work_.data()};
-  if (!std::equal(buffers, buffers + 3, sample_graph_buffers_)) {
+  const void* buffers[4] = {logits_, sample_rows_.data(), sample_tokens_.data(), sample_work_.data()};
+  if (!std::equal(buffers, buffers + 4, sample_graph_buffers_)) {
     for (auto& [k, exec] : sample_graphs_) cudaGraphExecDestroy(exec);
     sample_graphs_.clear();
-    std::copy(buffers, buffers + 3, sample_graph_buffers_);
+    std::copy(buffers, buffers + 4, sample_graph_buffers_);
   }
   const int key = rows * 8 + (steps.draw ? 4 : 0) + (steps.top_k ? 2 : 0) + (steps.top_p ? 1 : 0);
   cudaGraphExec_t& exec = sample_graphs_[key];

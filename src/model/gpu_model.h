@@ -148,7 +148,7 @@ class GpuModel {
   // With graphs on, the sampler's launches (a kernel per phase) replay as one graph per (rows, phases); the
   // graphs hold the buffers' addresses, so they are dropped when logits_ or the buffers above move.
   std::map<int, cudaGraphExec_t> sample_graphs_;
-  const void* sample_graph_buffers_[3] = {};
+  const void* sample_graph_buffers_[4] = {};
   void sample_on_device(int rows, cuda::SampleSteps steps, bool use_graph);
   // The main stream carries each sublayer's critical path: its kernels get free SMs before the side
   // streams' (a side branch's 2048-block GEMM had held back the indexer's query path by ~13 us).
