@@ -1,7 +1,6 @@
 #include "engine/startup.h"
 
 #include "model/mxfp4_experts.h"
-
 #include "planner/device.h"
 #include "planner/presets.h"
 #include "planner/profile.h"

@@ -38,9 +38,10 @@ void reference(const float* x, int ldx, const float* w, int K, int m, int n, dou
 
 constexpr float kSkinnyTol = 64.0f / 16777216.0f;
 
-// The skinny GEMM's expected rows (double reference of x [M][ldx] times the dequantized weights) and tolerances.
-void skinny_expected(const std::vector<float>& x, int ldx, const Weights& w, int M, std::vector<float>* want,
-                     std::vector<float>* tol) {
+// Expected rows [M][w.N] of x [M][ldx] times the dequantized weights (the double reference), each with the
+// tolerance rel x sum |products| + floor.
+void expected_rows(const std::vector<float>& x, int ldx, const Weights& w, int M, double rel, double floor,
+                   std::vector<float>* want, std::vector<float>* tol) {
   want->assign(size_t(M) * w.N, 0.0f);
   tol->assign(want->size(), 0.0f);
   parallel_for(w.N, 16, [&](int64_t b, int64_t e) {
@@ -49,9 +50,15 @@ void skinny_expected(const std::vector<float>& x, int ldx, const Weights& w, int
         double r, as;
         reference(x.data(), ldx, w.deq.data(), w.K, m, int(n), &r, &as);
         (*want)[size_t(m) * w.N + n] = float(r);
-        (*tol)[size_t(m) * w.N + n] = float(kSkinnyTol * as + 1e-30);
+        (*tol)[size_t(m) * w.N + n] = float(rel * as + floor);
       }
   });
+}
+
+// The skinny GEMM's expected rows and tolerances.
+void skinny_expected(const std::vector<float>& x, int ldx, const Weights& w, int M, std::vector<float>* want,
+                     std::vector<float>* tol) {
+  expected_rows(x, ldx, w, M, kSkinnyTol, 1e-30, want, tol);
 }
 
 // Args of a 4-row BF16 problem of width K and M rows, no buffers: for the refusal checks.
@@ -515,17 +522,9 @@ TEST(CudaGemm, CublasLtBf16AndFp8BlockScaled) {
       }
       ASSERT_TRUE(ran) << "cuBLASLt found no algorithm for " << (fp8 ? "block-scaled FP8" : "BF16") << " M=" << s.M
                        << " N=" << s.N << " K=" << s.K;
-      std::vector<float> want(size_t(s.M) * s.N), tol(want.size());
+      std::vector<float> want, tol;
       const float rel = fp8 ? 1.0f / 1024.0f : 2.0f * float(s.K) / 16777216.0f;
-      parallel_for(s.N, 16, [&](int64_t b, int64_t e) {
-        for (int m = 0; m < s.M; ++m)
-          for (int64_t n = b; n < e; ++n) {
-            double r, as;
-            reference(xr.data(), s.K, w.deq.data(), s.K, m, int(n), &r, &as);
-            want[size_t(m) * s.N + n] = float(r);
-            tol[size_t(m) * s.N + n] = float(rel * as);
-          }
-      });
+      expected_rows(xr, s.K, w, s.M, rel, 0.0, &want, &tol);
       expect_close(host(y), want, tol,
                    std::string("cuBLASLt ") + (fp8 ? "fp8 block " : "bf16 ") + std::to_string(s.M) + "x" +
                        std::to_string(s.N) + "x" + std::to_string(s.K));
@@ -561,21 +560,13 @@ TEST(CudaGemm, Fp8LinearAtAnyRowCount) {
       std::copy_n(x.data() + size_t(m) * ldx, s.K, xr.data() + size_t(m) * s.K);
     ref::fp8_block_sim(xr.data(), s.M, s.K, s.K, 128);
     const std::vector<float> got = host(y);
-    std::vector<float> got_rows(size_t(s.M) * s.N), want(got_rows.size()), tol(got_rows.size());
+    std::vector<float> got_rows(size_t(s.M) * s.N), want, tol;
     for (int m = 0; m < s.M; ++m) {
       std::copy_n(got.data() + size_t(m) * ldy, s.N, got_rows.data() + size_t(m) * s.N);
       for (int n = s.N; n < ldy; ++n)
         ASSERT_TRUE(std::isnan(got[size_t(m) * ldy + n])) << "row " << m << " pad " << n << " written, M=" << s.M;
     }
-    parallel_for(s.N, 16, [&](int64_t b, int64_t e) {
-      for (int m = 0; m < s.M; ++m)
-        for (int64_t n = b; n < e; ++n) {
-          double r, as;
-          reference(xr.data(), s.K, w.deq.data(), s.K, m, int(n), &r, &as);
-          want[size_t(m) * s.N + n] = float(r);
-          tol[size_t(m) * s.N + n] = float(as / 1024.0);
-        }
-    });
+    expected_rows(xr, s.K, w, s.M, 1.0 / 1024.0, 0.0, &want, &tol);
     expect_close(got_rows, want, tol, "fp8 linear M=" + std::to_string(s.M));
   }
 }
@@ -647,16 +638,8 @@ TEST(CudaGemm, SkinnyFp8TensorCoreGemm) {
       const int ldy = s.N + 64;  // the pad past N must stay poisoned
       std::vector<float> xr = x;
       ref::fp8_block_sim(xr.data(), M, s.K, s.K, 128);
-      std::vector<float> want(size_t(M) * s.N), tol(want.size());
-      parallel_for(s.N, 16, [&](int64_t b, int64_t e) {
-        for (int m = 0; m < M; ++m)
-          for (int64_t n = b; n < e; ++n) {
-            double r, as;
-            reference(xr.data(), s.K, w.deq.data(), s.K, m, int(n), &r, &as);
-            want[size_t(m) * s.N + n] = float(r);
-            tol[size_t(m) * s.N + n] = float(as / 1024.0);
-          }
-      });
+      std::vector<float> want, tol;
+      expected_rows(xr, s.K, w, M, 1.0 / 1024.0, 0.0, &want, &tol);
       // With the workspace its K splits (gemm_fp8_skinny_splits), without it one pass.
       const size_t wsn = cuda::gemm_fp8_skinny_workspace_floats(M, s.N, s.K);
       cuda::DeviceArray<float> work(std::max<size_t>(wsn, 1), "split workspace");
