@@ -16,10 +16,30 @@ __device__ __forceinline__ const float* ring_or_chunk(const CompressorArgs& a, i
   return a.state + (size_t(slot * 2 + (score ? 1 : 0)) * a.rows + p % a.rows) * a.width;
 }
 
-// Positions whose loads one pass of compressor_emit_kernel issues before it uses any.
-constexpr int kEmitBatch = 8;
+// One position's step of a feature's softmax pool with a running maximum (online softmax): the same sums as the
+// reference's maximum-first pool, up to the rounding of the rescales. Padding (-inf scores) is skipped, as there.
+__device__ __forceinline__ void pool_step(float v, float x, float& m, float& s, float& acc) {
+  if (v == -INFINITY) return;
+  if (v > m) {
+    const float r = expf(m - v);  // 0 for the first position (m = -inf)
+    s = s * r + 1.0f;
+    acc = acc * r + x;
+    m = v;
+  } else {
+    const float e = expf(v - m);
+    s += e;
+    acc += e * x;
+  }
+}
 
-// One block per token; emits when the token completes a block.
+// Positions whose score and kv pairs a thread of compressor_emit_kernel loads before it uses any. More in flight
+// (8 or 16) took the kernel to 68 / 96 registers and cost the layer's non-emitting steps (three in four on C4 layers,
+// 127 in 128 on C128 ones) ~1 us, for about the same emitting step (docs/benchmarks/cuda-ops.md, thirty-sixth session).
+constexpr int kBatch = 4;
+
+// One block per token; emits when the token completes a block. One pass over the positions, kBatch at a time, with
+// both of a thread's features in each load: 32 memory round trips at C128, 2 at C4, where the two passes of eight
+// positions per feature before took 64 and 4.
 __global__ void compressor_emit_kernel(BatchDesc b, CompressorArgs a) {
   extern __shared__ float out[];  // [dim]
   __shared__ double red[32];
@@ -40,46 +60,33 @@ __global__ void compressor_emit_kernel(BatchDesc b, CompressorArgs a) {
   const int entry = pos / a.ratio, d = a.dim, r = a.ratio;
   const bool has_prev = a.overlap && entry > 0;
   const int half = a.overlap ? d : 0;
-  // Each feature's positions in order: the previous block's (column f, with overlap), then this block's (column
-  // half + f). Loads go out kEmitBatch positions at a time before their use: a rolled loop over the positions was
-  // one memory round trip each (C4: 8 a pass, C128: 128) on an emitting step's critical path. The arithmetic is
-  // the one-position-at-a-time sequence (padding: -inf scores, which neither pass uses).
+  // Each thread pools a pair of features (float2 loads; the host checks the even widths) over the positions in
+  // order: the previous block's (column f, with overlap), then this block's (column half + f).
   const int p0 = has_prev ? (entry - 1) * r : entry * r, p1 = (entry + 1) * r, own = entry * r;
-  for (int f = threadIdx.x; f < d; f += blockDim.x) {
-    float mx = -INFINITY;
-    for (int pb = p0; pb < p1; pb += kEmitBatch) {
-      float v[kEmitBatch];
+  for (int f = 2 * int(threadIdx.x); f < d; f += 2 * int(blockDim.x)) {
+    float m0 = -INFINITY, m1 = -INFINITY, s0 = 0.0f, s1 = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
+    for (int pb = p0; pb < p1; pb += kBatch) {
+      float2 v[kBatch], x[kBatch];
 #pragma unroll
-      for (int j = 0; j < kEmitBatch; ++j) {
-        const int p = pb + j;
-        v[j] = p < p1 ? ring_or_chunk(a, p, start, begin, slot, true)[p < own ? f : half + f] : -INFINITY;
-      }
-#pragma unroll
-      for (int j = 0; j < kEmitBatch; ++j) mx = fmaxf(mx, v[j]);
-    }
-    float value = 0.0f;
-    if (mx != -INFINITY) {
-      float sum = 0, acc = 0;
-      for (int pb = p0; pb < p1; pb += kEmitBatch) {
-        float v[kEmitBatch], kv[kEmitBatch];
-#pragma unroll
-        for (int j = 0; j < kEmitBatch; ++j) {
-          const int p = pb + j, c = p < own ? f : half + f;
-          v[j] = p < p1 ? ring_or_chunk(a, p, start, begin, slot, true)[c] : -INFINITY;
-          kv[j] = p < p1 ? ring_or_chunk(a, p, start, begin, slot, false)[c] : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < kEmitBatch; ++j) {
-          if (v[j] == -INFINITY) continue;
-          const float e = expf(v[j] - mx);
-          sum += e;
-          acc += e * kv[j];
+      for (int j = 0; j < kBatch; ++j) {
+        const int p = pb + j, c = p < own ? f : half + f;
+        v[j] = make_float2(-INFINITY, -INFINITY);
+        x[j] = make_float2(0.0f, 0.0f);
+        if (p < p1) {
+          v[j] = *reinterpret_cast<const float2*>(ring_or_chunk(a, p, start, begin, slot, true) + c);
+          x[j] = *reinterpret_cast<const float2*>(ring_or_chunk(a, p, start, begin, slot, false) + c);
         }
       }
-      value = acc / sum;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        pool_step(v[j].x, x[j].x, m0, s0, acc0);
+        pool_step(v[j].y, x[j].y, m1, s1, acc1);
+      }
     }
-    out[f] = value;
+    out[f] = s0 > 0.0f ? acc0 / s0 : 0.0f;
+    out[f + 1] = s1 > 0.0f ? acc1 / s1 : 0.0f;
   }
+  __syncthreads();  // the norm reads other threads' pairs
   // RMSNorm (double accumulation, as the reference).
   double ss = 0;
   for (int f = threadIdx.x; f < d; f += blockDim.x) ss += double(out[f]) * double(out[f]);
@@ -412,6 +419,7 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b,
 cudaError_t compressor_emit(const BatchDesc& b, const CompressorArgs& a, cudaStream_t stream) {
   if (b.T == 0) return cudaSuccess;
   if (a.post == 2 && ((a.dim & (a.dim - 1)) || a.dim % 32)) return cudaErrorInvalidValue;
+  if (a.dim % 2 || a.ld % 2 || a.width % 2) return cudaErrorInvalidValue;  // the pool's float2 loads
   dev::launch(compressor_emit_kernel, dim3(b.T), dim3(256), a.dim * sizeof(float), stream, b, a);
   return cudaGetLastError();
 }
