@@ -28,10 +28,12 @@ EnginePlan plan_engine(const io::ModelConfig& config, const StartupOptions& o) {
           *o.mem_fraction);
     plan_options.mem_fraction = o.mem_fraction;
   }
-  if (o.dummy_weights)  // the types GpuModel::dummy gives them, not the profile's
-    plan_options.weights = model::dummy_experts_mxfp4(config, o.cuda_exact) ? planner::WeightFormat::MXFP4_FP8
-                           : config.quantization.has_value()                ? planner::WeightFormat::FP8
-                                                                             : planner::WeightFormat::BF16;
+  if (o.dummy_weights) {  // the types GpuModel::dummy gives them, not the profile's
+    const model::DummyWeightTypes types = model::dummy_weight_types(config, o.cuda_exact);
+    plan_options.weights = types.mxfp4_experts ? planner::WeightFormat::MXFP4_FP8
+                           : types.fp8_linears ? planner::WeightFormat::FP8
+                                               : planner::WeightFormat::BF16;
+  }
   EnginePlan result;
   result.plan = planner::plan_capacity(config, device, profile, plan_options);
   EngineOptions& e = result.options;

@@ -197,9 +197,9 @@ std::unique_ptr<GpuModel> GpuModel::dummy(io::ModelConfig config, int64_t num_la
 
 std::unique_ptr<GpuModel> GpuModel::dummy(io::ModelConfig config, int64_t num_layers, uint64_t seed,
                                           GpuOptions options) {
-  const WeightType t = config.quantization.has_value() ? WeightType::FP8 : WeightType::BF16;
-  const bool fp4 = dummy_experts_mxfp4(config, options.exact);
-  return dummy(std::move(config), num_layers, t, fp4 ? WeightType::MXFP4 : t, seed, options);
+  const DummyWeightTypes types = dummy_weight_types(config, options.exact);
+  const WeightType t = types.fp8_linears ? WeightType::FP8 : WeightType::BF16;
+  return dummy(std::move(config), num_layers, t, types.mxfp4_experts ? WeightType::MXFP4 : t, seed, options);
 }
 
 void* GpuModel::Buf::get(size_t bytes, uint64_t* generation) {

@@ -36,6 +36,10 @@ bool dummy_experts_mxfp4(const io::ModelConfig& config, bool exact) {
          mxfp4_experts_shape_ok(config.hidden_size, config.moe_intermediate_size);
 }
 
+DummyWeightTypes dummy_weight_types(const io::ModelConfig& config, bool exact) {
+  return {config.quantization.has_value(), dummy_experts_mxfp4(config, exact)};
+}
+
 PackedMxfp4Experts pack_mxfp4_experts(const std::vector<ExpertWeights>& experts, int first, int count) {
   check(first >= 0 && count > 0 && size_t(first) + size_t(count) <= experts.size(),
         "internal: experts [{}, {}) of {}", first, first + count, experts.size());

@@ -25,6 +25,14 @@ bool mxfp4_experts_shape_ok(int64_t D, int64_t I);
 // FP8 checkpoint, the GEMMs are not the exact ones (the W4A8 GEMM quantizes activations to FP8), and the shapes fit.
 // Otherwise the experts take the linears' type: FP8 in an FP8 checkpoint, else BF16.
 bool dummy_experts_mxfp4(const io::ModelConfig& config, bool exact);
+// The types random weights of `config` get, in one place for the weights (GpuModel::dummy) and the memory plan
+// (engine/startup.cpp): FP8 linears when the config has a quantization_config, else BF16; the experts MXFP4 where
+// dummy_experts_mxfp4 says so, else the linears' type.
+struct DummyWeightTypes {
+  bool fp8_linears = false;
+  bool mxfp4_experts = false;
+};
+DummyWeightTypes dummy_weight_types(const io::ModelConfig& config, bool exact);
 
 // Packs experts [first, first + count). Every expert's w1/w3/w2 must be WeightFormat::Mxfp4 of one shape
 // (w1, w3: [I, D]; w2: [D, I]); throws naming the expert otherwise.

@@ -1,12 +1,15 @@
 // The host-side packing of a layer's MXFP4 experts for the W4A8 GEMM (model/mxfp4_experts.h): the parallel
-// batch equals packing each expert alone, unpacks to the checkpoint's bytes, and bad experts are named.
+// batch equals packing each expert alone, unpacks to the checkpoint's bytes, and bad experts are named; the types
+// random (dummy) weights of a config get.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
 
+#include "io/model_config.h"
 #include "kernels/cpu/moe_w4a8_pack.h"
 #include "model/mxfp4_experts.h"
+#include "test_paths.h"
 
 namespace moeserve::model {
 namespace {
@@ -90,6 +93,29 @@ TEST(Mxfp4Experts, BadExpertsAreNamed) {
     EXPECT_NE(std::string(e.what()).find("hidden 192 / expert width 256 do not fit the W4A8 GEMM"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(Mxfp4Experts, DummyWeightTypesFollowTheConfig) {
+  // V4-Flash: an FP8 checkpoint with FP4 experts. MXFP4 experts unless the GEMMs are the exact ones.
+  io::ModelConfig flash = io::load_model_config(testing::source_dir() + "/presets/models/deepseek-v4-flash/config.json");
+  DummyWeightTypes t = dummy_weight_types(flash, false);
+  EXPECT_TRUE(t.fp8_linears);
+  EXPECT_TRUE(t.mxfp4_experts);
+  t = dummy_weight_types(flash, true);
+  EXPECT_TRUE(t.fp8_linears);
+  EXPECT_FALSE(t.mxfp4_experts);
+  // FP8 experts when the config does not say FP4, or when the shapes do not fit the W4A8 GEMM.
+  io::ModelConfig fp8 = flash;
+  fp8.expert_dtype = "";
+  EXPECT_FALSE(dummy_weight_types(fp8, false).mxfp4_experts);
+  io::ModelConfig odd = flash;
+  odd.moe_intermediate_size = 2048 + 128;
+  EXPECT_FALSE(dummy_weight_types(odd, false).mxfp4_experts);
+  // The demo model: BF16, no quantization_config.
+  io::ModelConfig demo = io::load_model_config(testing::source_dir() + "/models/demo/config.json");
+  t = dummy_weight_types(demo, false);
+  EXPECT_FALSE(t.fp8_linears);
+  EXPECT_FALSE(t.mxfp4_experts);
 }
 
 }  // namespace
