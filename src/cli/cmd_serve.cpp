@@ -54,10 +54,7 @@ int run_serve(const ServeArgs& a) {
     config = io::load_model_config((fs::path(dir) / "config.json").string());
     check(a.num_layers <= config.num_layers, "--num-layers {}: the model has {} layers", a.num_layers,
           config.num_layers);
-    if (a.num_layers > 0) {
-      config.num_layers = a.num_layers;
-      config.layers.resize(size_t(a.num_layers));
-    }
+    io::keep_first_layers(config, a.num_layers);
   } else {
     model = model::Model::load(dir);
   }

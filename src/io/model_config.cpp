@@ -308,6 +308,12 @@ ModelConfig load_model_config(const std::string& path) {
   return parse_model_config(read_json_file(path, "config"), path);
 }
 
+void keep_first_layers(ModelConfig& config, int64_t n) {
+  if (n <= 0 || n >= config.num_layers) return;
+  config.num_layers = n;
+  config.layers.resize(size_t(n));
+}
+
 json model_config_to_official_json(const ModelConfig& c) {
   json j;
   j["architectures"] = {"DeepseekV4ForCausalLM"};

@@ -89,6 +89,8 @@ struct ModelConfig {
 
 ModelConfig parse_model_config(const nlohmann::json& json, const std::string& source);
 ModelConfig load_model_config(const std::string& path);  // a config.json file
+// Keeps the first n main layers (n <= 0 or >= num_layers: all): --num-layers of dummy weights.
+void keep_first_layers(ModelConfig& config, int64_t n);
 
 // Writes the official form (compress_ratios, num_hash_layers, qk_rope_head_dim, rope_scaling).
 nlohmann::json model_config_to_official_json(const ModelConfig& config);

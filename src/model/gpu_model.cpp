@@ -186,10 +186,7 @@ std::unique_ptr<GpuModel> GpuModel::from_model(const Model& model, GpuOptions op
 
 std::unique_ptr<GpuModel> GpuModel::dummy(io::ModelConfig config, int64_t num_layers, WeightType linear_type,
                                           WeightType expert_type, uint64_t seed, GpuOptions options) {
-  if (num_layers > 0 && num_layers < config.num_layers) {
-    config.num_layers = num_layers;
-    config.layers.resize(size_t(num_layers));
-  }
+  io::keep_first_layers(config, num_layers);
   cuda::Stream setup;
   GpuWeights w = GpuWeights::random(config, linear_type, expert_type, seed, setup.get());
   return std::make_unique<GpuModel>(std::move(config), std::move(w), options);

@@ -65,9 +65,8 @@ class GpuModel {
   // Random weights of `config`'s shapes (first `num_layers` layers; <= 0: all), created on the GPU.
   static std::unique_ptr<GpuModel> dummy(io::ModelConfig config, int64_t num_layers, cuda::WeightType linear_type,
                                          cuda::WeightType expert_type, uint64_t seed, GpuOptions options = {});
-  // The same with the weight types a checkpoint of `config` would have (--load-format dummy): FP8 linears when it
-  // has an FP8 quantization_config, else BF16; experts FP8 too, or MXFP4 when it says expert_dtype fp4 and the
-  // options are not exact (the W4A8 GEMM quantizes activations to FP8).
+  // The same with the weight types a checkpoint of `config` would have (--load-format dummy):
+  // model::dummy_weight_types.
   static std::unique_ptr<GpuModel> dummy(io::ModelConfig config, int64_t num_layers, uint64_t seed,
                                          GpuOptions options = {});
 

@@ -31,13 +31,10 @@ int64_t pack_rows(const std::vector<const LinearWeight*>& parts, int K, uint8_t*
 
 bool mxfp4_experts_shape_ok(int64_t D, int64_t I) { return D > 0 && I > 0 && D % 256 == 0 && I % 256 == 0; }
 
-bool dummy_experts_mxfp4(const io::ModelConfig& config, bool exact) {
-  return config.quantization.has_value() && config.expert_dtype == "fp4" && !exact &&
-         mxfp4_experts_shape_ok(config.hidden_size, config.moe_intermediate_size);
-}
-
 DummyWeightTypes dummy_weight_types(const io::ModelConfig& config, bool exact) {
-  return {config.quantization.has_value(), dummy_experts_mxfp4(config, exact)};
+  const bool fp8 = config.quantization.has_value();
+  return {fp8, fp8 && config.expert_dtype == "fp4" && !exact &&
+                   mxfp4_experts_shape_ok(config.hidden_size, config.moe_intermediate_size)};
 }
 
 PackedMxfp4Experts pack_mxfp4_experts(const std::vector<ExpertWeights>& experts, int first, int count) {

@@ -21,13 +21,10 @@ struct PackedMxfp4Experts {
 
 // The W4A8 GEMM's shape rules for both matrices (N % 128, K % 256): D % 256 == 0 and I % 256 == 0.
 bool mxfp4_experts_shape_ok(int64_t D, int64_t I);
-// Whether random weights of `config` (--load-format dummy) get MXFP4 experts: the config's experts are FP4 in an
-// FP8 checkpoint, the GEMMs are not the exact ones (the W4A8 GEMM quantizes activations to FP8), and the shapes fit.
-// Otherwise the experts take the linears' type: FP8 in an FP8 checkpoint, else BF16.
-bool dummy_experts_mxfp4(const io::ModelConfig& config, bool exact);
-// The types random weights of `config` get, in one place for the weights (GpuModel::dummy) and the memory plan
-// (engine/startup.cpp): FP8 linears when the config has a quantization_config, else BF16; the experts MXFP4 where
-// dummy_experts_mxfp4 says so, else the linears' type.
+// The types random weights of `config` get (--load-format dummy), in one place for the weights (GpuModel::dummy)
+// and the memory plan (engine/startup.cpp): FP8 linears when the config has a quantization_config, else BF16. The
+// experts are MXFP4 when the config's experts are FP4 in an FP8 checkpoint, the GEMMs are not the exact ones (the
+// W4A8 GEMM quantizes activations to FP8) and the shapes fit; otherwise they take the linears' type.
 struct DummyWeightTypes {
   bool fp8_linears = false;
   bool mxfp4_experts = false;

@@ -51,6 +51,23 @@ TEST(ModelConfig, ParsesHfForm) {
   EXPECT_FALSE(c.rope_compress.yarn);
 }
 
+TEST(ModelConfig, KeepFirstLayersCutsTheScheduleToAPrefix) {
+  const ModelConfig full = parse_model_config(fixture_json("tiny_yarn"), "tiny_yarn");
+  ModelConfig c = full;
+  keep_first_layers(c, 2);
+  ASSERT_EQ(c.num_layers, 2);
+  ASSERT_EQ(c.layers.size(), 2u);
+  EXPECT_EQ(c.layers[0].attention, AttentionKind::HCA);
+  EXPECT_EQ(c.layers[1].attention, AttentionKind::CSA);
+  EXPECT_EQ(c.num_mtp_layers, full.num_mtp_layers);
+  for (int64_t n : {int64_t(0), int64_t(-1), full.num_layers, full.num_layers + 3}) {  // all layers
+    ModelConfig same = full;
+    keep_first_layers(same, n);
+    EXPECT_EQ(same.num_layers, full.num_layers) << n;
+    EXPECT_EQ(same.layers.size(), full.layers.size()) << n;
+  }
+}
+
 TEST(ModelConfig, OfficialJsonRoundTrips) {
   ModelConfig a = parse_model_config(fixture_json("tiny_yarn"), "a");
   ModelConfig b = parse_model_config(model_config_to_official_json(a), "b");
