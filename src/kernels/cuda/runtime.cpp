@@ -218,44 +218,82 @@ bool Blas::gemm_bf16_terms(const uint16_t* terms, int nterms, const uint16_t* w,
 }
 
 namespace {
+
 size_t round_256(size_t n) { return (n + 255) / 256 * 256; }
 int padded_rows(int M) { return (M + 15) / 16 * 16; }
+
+// linear_fp8_block's plan: the rows the GEMM runs (M, or M padded with zero rows to a multiple of 16 where cuBLASLt
+// has no algorithm for M) and where its pieces lie in the scratch: the quantized x at 0, its scales, then (padded
+// only) the padded x and y. plan is null when neither row count has an algorithm.
+struct Fp8LinearPlan {
+  LtPlan* plan = nullptr;
+  bool direct = false;
+  int rows = 0;
+  size_t scales = 0, padded_x = 0, padded_y = 0, bytes = 0;
+};
+
+Fp8LinearPlan fp8_linear_plan(cublasLtHandle_t h, size_t workspace, int M, int N, int K, int ldy) {
+  Fp8LinearPlan s;
+  LtPlan& direct = plan_for(h, 1, M, N, K, ldy, workspace);
+  s.direct = direct.ok;
+  s.rows = s.direct ? M : padded_rows(M);
+  if (s.direct) {
+    s.plan = &direct;
+  } else if (LtPlan& padded = plan_for(h, 1, s.rows, N, K, N, workspace); padded.ok) {
+    s.plan = &padded;
+  }
+  const size_t rows = size_t(s.rows);
+  s.scales = round_256(rows * K);
+  s.padded_x = s.scales + round_256(rows * (K / 128) * 4);
+  s.padded_y = s.padded_x + round_256(rows * K * 4);
+  s.bytes = s.direct ? s.padded_x : s.padded_y + round_256(rows * N * 4);
+  return s;
+}
+
+// y = x W^T through plan p (cuBLASLt's block-scaled FP8 GEMM), the scale pointers set for this call.
+void matmul_fp8_block(cublasLtHandle_t h, LtPlan& p, void* ws, size_t ws_bytes, const uint8_t* x,
+                      const float* x_scales, const uint8_t* w, const float* w_scales, float* y, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(plan_mutex);  // the scale pointers live in the shared descriptor
+  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales));
+  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales));
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasStatus_t st =
+      cublasLtMatmul(h, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, ws, ws_bytes, stream);
+  lt_check(st, "Matmul (fp8 block-scaled)");
+}
+
 }  // namespace
 
 size_t Blas::linear_fp8_block_scratch(int M, int N, int K, int ldy) {
   size_t bytes;
   workspace(0, &bytes);
-  const bool direct = plan_for(static_cast<cublasLtHandle_t>(handle_), 1, M, N, K, ldy, bytes).ok;
-  const size_t Mp = size_t(direct ? M : padded_rows(M));
-  const size_t quantized = round_256(Mp * K) + round_256(Mp * (K / 128) * 4);
-  return direct ? quantized : quantized + round_256(Mp * K * 4) + round_256(Mp * N * 4);
+  return fp8_linear_plan(static_cast<cublasLtHandle_t>(handle_), bytes, M, N, K, ldy).bytes;
 }
 
 bool Blas::linear_fp8_block(const float* x, int M, int K, int ldx, const uint8_t* w, const float* w_scales, int N,
                             float* y, int ldy, void* scratch, cudaStream_t stream) {
   size_t bytes;
-  workspace(0, &bytes);
+  void* ws = workspace(0, &bytes);
   const auto h = static_cast<cublasLtHandle_t>(handle_);
-  const bool direct = plan_for(h, 1, M, N, K, ldy, bytes).ok;
-  const int Mp = direct ? M : padded_rows(M);
-  if (!direct && !plan_for(h, 1, Mp, N, K, N, bytes).ok) return false;
+  const Fp8LinearPlan s = fp8_linear_plan(h, bytes, M, N, K, ldy);
+  if (!s.plan) return false;
   char* p = static_cast<char*>(scratch);
   auto* xq = reinterpret_cast<uint8_t*>(p);
-  auto* xs = reinterpret_cast<float*>(p + round_256(size_t(Mp) * K));
-  auto* xp = reinterpret_cast<float*>(reinterpret_cast<char*>(xs) + round_256(size_t(Mp) * (K / 128) * 4));
-  auto* yp = reinterpret_cast<float*>(reinterpret_cast<char*>(xp) + round_256(size_t(Mp) * K * 4));
+  auto* xs = reinterpret_cast<float*>(p + s.scales);
+  auto* xp = reinterpret_cast<float*>(p + s.padded_x);
+  auto* yp = reinterpret_cast<float*>(p + s.padded_y);
   const float* xin = x;
   int ld = ldx;
-  if (!direct) {  // zero rows quantize to zero codes: they add nothing and their outputs are dropped
+  if (!s.direct) {  // zero rows quantize to zero codes: they add nothing and their outputs are dropped
     MOESERVE_CUDA_CHECK(cudaMemcpy2DAsync(xp, size_t(K) * 4, x, size_t(ldx) * 4, size_t(K) * 4, size_t(M),
                                           cudaMemcpyDeviceToDevice, stream));
-    MOESERVE_CUDA_CHECK(cudaMemsetAsync(xp + size_t(M) * K, 0, size_t(Mp - M) * K * 4, stream));
+    MOESERVE_CUDA_CHECK(cudaMemsetAsync(xp + size_t(M) * K, 0, size_t(s.rows - M) * K * 4, stream));
     xin = xp;
     ld = K;
   }
-  MOESERVE_CUDA_CHECK(act_quant_fp8(xin, Mp, K, ld, xq, xs, stream));
-  if (!gemm_fp8_block(xq, xs, w, w_scales, direct ? y : yp, Mp, N, K, direct ? ldy : N, stream)) return false;
-  if (!direct)
+  MOESERVE_CUDA_CHECK(act_quant_fp8(xin, s.rows, K, ld, xq, xs, stream));
+  matmul_fp8_block(h, *s.plan, ws, bytes, xq, xs, w, w_scales, s.direct ? y : yp, stream);
+  if (!s.direct)
     MOESERVE_CUDA_CHECK(cudaMemcpy2DAsync(y, size_t(ldy) * 4, yp, size_t(N) * 4, size_t(N) * 4, size_t(M),
                                           cudaMemcpyDeviceToDevice, stream));
   return true;
@@ -268,13 +306,7 @@ bool Blas::gemm_fp8_block(const uint8_t* x, const float* x_scales, const uint8_t
   void* ws = workspace(0, &bytes);
   LtPlan& p = plan_for(h, 1, M, N, K, ldy, bytes);
   if (!p.ok) return false;
-  std::lock_guard<std::mutex> lock(plan_mutex);  // the scale pointers live in the shared descriptor
-  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales));
-  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales));
-  const float alpha = 1.0f, beta = 0.0f;
-  cublasStatus_t st =
-      cublasLtMatmul(h, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.d, y, p.d, &p.algo, ws, bytes, stream);
-  lt_check(st, "Matmul (fp8 block-scaled)");
+  matmul_fp8_block(h, p, ws, bytes, x, x_scales, w, w_scales, y, stream);
   return true;
 }
 
