@@ -176,10 +176,12 @@ TEST(CudaOps, RopeWithFusedKvFp8SimMatchesRopeThenSim) {
 
 // FP8 weights with per-row block scales to BF16 (the fast path's copy of an FP8 wo_a for its BF16 GEMM): every
 // element equal to the host's bf16 rounding of e4m3 * scale; exact (no rounding) for the power-of-two scales.
+// K % 8 == 0 takes the 8-a-thread kernel (rows crossing 128-blocks at 200 and 384); 100 and 130 the byte kernel.
 TEST(CudaOps, Fp8WeightsToBf16) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
-  for (auto [N, K, pow2] : std::vector<std::tuple<int, int, bool>>{{256, 384, true}, {3, 200, true}, {130, 128, false}}) {
+  for (auto [N, K, pow2] : std::vector<std::tuple<int, int, bool>>{
+           {256, 384, true}, {3, 200, true}, {130, 128, false}, {7, 100, false}, {5, 130, true}}) {
     const int scale_ld = (K + 127) / 128;
     std::vector<uint8_t> w(size_t(N) * K);
     for (auto& b : w) {
