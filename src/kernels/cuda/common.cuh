@@ -139,6 +139,13 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* src, int src_
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// Groups of cp_async16 copies: commit closes the thread's current group; wait_group<N> waits until at most N of the
+// thread's groups are still in flight.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 // e2m1 round to nearest even of v clamped to +-6 (core/dtype.cpp f32_to_fp4_e2m1), returned as a value.
 __device__ __forceinline__ float fp4_round(float v) {

@@ -18,9 +18,9 @@ namespace {
 using namespace dev;
 
 constexpr int kMixThreads = 256;
-// Tokens per block: fn is read once per block. 4 for decode-sized steps (more blocks), 8 from kMixWideT tokens on,
-// where the pass is bound by re-reading fn from L2 (1.6 GB for 4096 tokens at 4 per block).
-constexpr int kMixTokensWide = 8, kMixWideT = 2048;
+// hc_mix_kernel takes 4 tokens a block (fn is read once per block); from kMixWideT tokens on, where that pass is
+// bound by re-reading fn from L2 (1.6 GB for 4096 tokens), hc_mix_tiles_kernel takes over.
+constexpr int kMixWideT = 2048;
 
 template <int MIX, int kMixTokens>
 __global__ void __launch_bounds__(kMixThreads) hc_mix_kernel(const float* h, int T, int width, const float* fn,
@@ -68,7 +68,132 @@ __global__ void __launch_bounds__(kMixThreads) hc_mix_kernel(const float* h, int
   }
 }
 
+// hc_mix_partial for prefill-sized T (from kMixWideT tokens). The kernel above, at 8 tokens a block, held 200
+// accumulators a thread (254 registers, one block of 8 warps per SM): each pass's loads were a memory round trip
+// with nothing else in flight (nsys: 250 us for 4096 V4-Flash tokens, 268 MB, against 63 us of bandwidth). Here a
+// block takes kMixTileTokens tokens and walks its split of the width in tiles of kMixTileCols columns; the tokens'
+// rows and fn's rows of a tile reach shared memory by cp.async, kMixStages tiles in flight (112 KB; one block an
+// SM: two, at 3 stages and 128 registers, measured no faster). Warp w then takes tokens 4w .. 4w + 3 of the tile,
+// lane l columns 4l .. 4l + 3: each fn value read from shared memory serves 4 tokens' FMAs. The lanes' sums are
+// added by the warp at the end. The prefill layer's hc_mix pass: ~250 -> ~170 us at 4096 tokens (nsys).
+constexpr int kMixTileTokens = 32, kMixWarpTokens = kMixTileTokens / (kMixThreads / 32), kMixTileCols = 128,
+              kMixStages = 4;
+template <int MIX>
+constexpr size_t mix_tiles_smem() {
+  return size_t(kMixStages) * (kMixTileTokens + MIX) * kMixTileCols * sizeof(float);
+}
+
+template <int MIX>
+__global__ void __launch_bounds__(kMixThreads)
+    hc_mix_tiles_kernel(const float* h, int T, int width, const float* fn, int chunk, float* partial) {
+  extern __shared__ float4 tiles[];  // [stage][kMixTileTokens + MIX rows][kMixTileCols / 4]
+  constexpr int kRows = kMixTileTokens + MIX, kQuads = kMixTileCols / 4;
+  const int split = blockIdx.x, t0 = blockIdx.y * kMixTileTokens;
+  const int begin = split * chunk, end = min(width, begin + chunk);
+  const int n_tiles = end > begin ? (end - begin + kMixTileCols - 1) / kMixTileCols : 0;
+  dev::pdl_begin();
+  // Tile i into stage i % kMixStages: rows of h past T and columns past the split read as zeros.
+  auto issue = [&](int i) {
+    if (i < n_tiles) {
+      float4* st = tiles + size_t(i % kMixStages) * kRows * kQuads;
+      const int e0 = begin + i * kMixTileCols;
+      for (int idx = threadIdx.x; idx < kRows * kQuads; idx += kMixThreads) {
+        const int r = idx / kQuads, e = e0 + (idx % kQuads) * 4;
+        const bool tok = r < kMixTileTokens;
+        const bool in = e < end && (!tok || t0 + r < T);
+        const float* src = tok ? h + size_t(in ? t0 + r : 0) * width : fn + size_t(r - kMixTileTokens) * width;
+        dev::cp_async16(st + idx, src + (in ? e : 0), in ? 16 : 0);
+      }
+    }
+    dev::cp_async_commit();  // an empty group past the last tile keeps the count of groups in flight uniform
+  };
+#pragma unroll
+  for (int i = 0; i < kMixStages - 1; ++i) issue(i);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float acc[kMixWarpTokens][MIX + 1];
+#pragma unroll
+  for (int i = 0; i < kMixWarpTokens; ++i)
+#pragma unroll
+    for (int m = 0; m <= MIX; ++m) acc[i][m] = 0.0f;
+  for (int i = 0; i < n_tiles; ++i) {
+    dev::cp_async_wait_group<kMixStages - 2>();  // this thread's copies of tile i have landed
+    __syncthreads();                             // everyone's have, and tile i - 1's stage is free again
+    issue(i + kMixStages - 1);
+    const float4* st = tiles + size_t(i % kMixStages) * kRows * kQuads;
+    float4 x[kMixWarpTokens];
+#pragma unroll
+    for (int j = 0; j < kMixWarpTokens; ++j) {
+      x[j] = st[(warp * kMixWarpTokens + j) * kQuads + lane];
+      acc[j][MIX] += x[j].x * x[j].x + x[j].y * x[j].y + x[j].z * x[j].z + x[j].w * x[j].w;
+    }
+#pragma unroll
+    for (int m = 0; m < MIX; ++m) {
+      const float4 f = st[(kMixTileTokens + m) * kQuads + lane];
+#pragma unroll
+      for (int j = 0; j < kMixWarpTokens; ++j) acc[j][m] += x[j].x * f.x + x[j].y * f.y + x[j].z * f.z + x[j].w * f.w;
+    }
+  }
+  dev::cp_async_wait_all();
+  // The lanes' sums, 32 values at a time: lane l ends with value g * 32 + l of the warp's flattened accumulators.
+  constexpr int kVals = kMixWarpTokens * (MIX + 1);
+#pragma unroll
+  for (int g = 0; g < (kVals + 31) / 32; ++g) {
+    float v[32];
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+      const int idx = g * 32 + k;
+      v[k] = idx < kVals ? acc[idx / (MIX + 1)][idx % (MIX + 1)] : 0.0f;
+    }
+    warp_sum_scatter(v);
+    const int idx = g * 32 + lane, t = t0 + warp * kMixWarpTokens + idx / (MIX + 1);
+    if (idx < kVals && t < T) partial[(size_t(split) * T + t) * (MIX + 1) + idx % (MIX + 1)] = v[0];
+  }
+}
+
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// One warp: a token's post weights (lanes < HC) and its Sinkhorn-normalised comb matrix (lane = row * HC + column),
+// from its summed mixes (mixes[HC ..] post then comb) and RMS factor r; cs: 32 floats of shared memory for the
+// warp's exchanges. Latency-bound: ~20 dependent iterations of shared-memory round trips.
+template <int HC>
+__device__ __forceinline__ void post_and_comb(const float* mixes, float r, float post_scale, float post_base,
+                                              float comb_scale, float comb_base, int iters, float hc_eps, float* cs,
+                                              float* post_t, float* comb_t) {
+  const int lane = threadIdx.x & 31;
+  if (lane < HC) post_t[lane] = 2.0f * sigmoidf(mixes[HC + lane] * r * post_scale + post_base);
+  const bool act = lane < HC * HC;
+  const int rr = act ? lane / HC : 0, kk = act ? lane % HC : 0;
+  const float v = act ? mixes[2 * HC + lane] * r * comb_scale + comb_base : 0.0f;
+  cs[lane] = v;
+  __syncwarp();
+  float mx = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < HC; ++k) mx = fmaxf(mx, cs[rr * HC + k]);
+  __syncwarp();
+  const float e = expf(v - mx);
+  cs[lane] = e;
+  __syncwarp();
+  float sum = 0;
+#pragma unroll
+  for (int k = 0; k < HC; ++k) sum += cs[rr * HC + k];
+  __syncwarp();
+  float c = e / sum + hc_eps;
+  // c divided by the sum of its row (stride 1) or column (stride HC) of the matrix, from first.
+  auto divide_by_sum = [&](int first, int stride) {
+    cs[lane] = c;
+    __syncwarp();
+    float total = 0;
+#pragma unroll
+    for (int k = 0; k < HC; ++k) total += cs[first + k * stride];
+    __syncwarp();
+    c /= (total + hc_eps);
+  };
+  for (int it = 0; it < iters; ++it) {
+    if (it > 0) divide_by_sum(rr * HC, 1);  // rows, then columns (the first pass is columns only)
+    divide_by_sum(kk, HC);
+  }
+  if (act) comb_t[lane] = c;
+}
 
 // One block of 512 threads per token, built for the one-token decode case where it is the only block on the chip,
 // so every load is issued before its value is needed (one memory latency for the whole row, not one per column):
@@ -152,45 +277,9 @@ __global__ void __launch_bounds__(kFinishThreads)
   __syncthreads();
   const float r = float(1.0 / sqrt(double(mixes[mix]) / double(HC * dim) + double(norm_eps)));
   if (warp == 0) {
-    if (do_mix) {
-      if (lane < HC) post[size_t(t) * HC + lane] = 2.0f * sigmoidf(mixes[HC + lane] * r * post_scale + post_base);
-      const bool act = lane < HC * HC;
-      const int rr = act ? lane / HC : 0, kk = act ? lane % HC : 0;
-      const float v = act ? mixes[2 * HC + lane] * r * comb_scale + comb_base : 0.0f;
-      cs[lane] = v;
-      __syncwarp();
-      float mx = -INFINITY;
-#pragma unroll
-      for (int k = 0; k < HC; ++k) mx = fmaxf(mx, cs[rr * HC + k]);
-      __syncwarp();
-      const float e = expf(v - mx);
-      cs[lane] = e;
-      __syncwarp();
-      float sum = 0;
-#pragma unroll
-      for (int k = 0; k < HC; ++k) sum += cs[rr * HC + k];
-      __syncwarp();
-      float c = e / sum + hc_eps;
-      for (int it = 0; it < iters; ++it) {
-        if (it > 0) {  // rows, then columns (the first pass is columns only)
-          cs[lane] = c;
-          __syncwarp();
-          float rs = 0;
-#pragma unroll
-          for (int k = 0; k < HC; ++k) rs += cs[rr * HC + k];
-          __syncwarp();
-          c /= (rs + hc_eps);
-        }
-        cs[lane] = c;
-        __syncwarp();
-        float colsum = 0;
-#pragma unroll
-        for (int q = 0; q < HC; ++q) colsum += cs[q * HC + kk];
-        __syncwarp();
-        c /= (colsum + hc_eps);
-      }
-      if (act) comb[size_t(t) * HC * HC + lane] = c;
-    }
+    if (do_mix)
+      post_and_comb<HC>(mixes, r, post_scale, post_base, comb_scale, comb_base, iters, hc_eps, cs, post + size_t(t) * HC,
+                        comb + size_t(t) * HC * HC);
     return;
   }
   if (!do_collapse) return;
@@ -249,6 +338,38 @@ __global__ void __launch_bounds__(kFinishThreads)
       out[c] = a;
     }
   }
+}
+
+// hc_pre_finish's Mix part for prefill-sized T: one warp per token, kTokenMixWarps tokens a block. In the 512-thread
+// kernel above (one block per SM by its registers), every block holds its SM through warp 0's Sinkhorn chain while
+// warps 1..15 wait at the exit: at 4096 tokens that is 31 waves of ~8 us (nsys, 245 us a launch). Here the chains
+// of many small blocks overlap. Lane j sums mix HC + j over the splits in double, as the warps above do.
+constexpr int kTokenMixWarps = 8;
+constexpr int kTokenMixMinT = 264;  // two waves of the 512-thread blocks on 132 SMs; below, those chains overlap
+
+template <int HC>
+__global__ void __launch_bounds__(kTokenMixWarps * 32)
+    hc_finish_mix_tokens_kernel(const float* partial, int splits, int T, int dim, int mix, const float* base,
+                                const float* scale, int iters, float hc_eps, float norm_eps, float* post, float* comb) {
+  __shared__ float mixes[kTokenMixWarps][64];
+  __shared__ float cs[kTokenMixWarps][32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int t = blockIdx.x * kTokenMixWarps + warp;
+  const float post_scale = scale[1], comb_scale = scale[2];
+  const float post_base = lane < HC ? base[HC + lane] : 0.0f;
+  const float comb_base = lane < HC * HC ? base[2 * HC + lane] : 0.0f;
+  pdl_begin();
+  if (t >= T) return;
+  const int m = HC + lane;  // post, comb, then the sum of squares at mix
+  if (m <= mix) {
+    double s = 0;
+    for (int k = 0; k < splits; ++k) s += double(partial[(size_t(k) * T + t) * (mix + 1) + m]);
+    mixes[warp][m] = float(s);
+  }
+  __syncwarp();
+  const float r = float(1.0 / sqrt(double(mixes[warp][mix]) / double(HC * dim) + double(norm_eps)));
+  post_and_comb<HC>(mixes[warp], r, post_scale, post_base, comb_scale, comb_base, iters, hc_eps, cs[warp],
+                    post + size_t(t) * HC, comb + size_t(t) * HC * HC);
 }
 
 template <int HC>
@@ -328,25 +449,49 @@ __global__ void __launch_bounds__(kMixThreads)
 int hc_mix_splits(int width) { return (width + 255) / 256; }
 // Enough (split, 4-token) blocks to fill the chip, no more: every split adds a reduction of (mix + 1) values per
 // token and warp and a row of partials, so at prefill sizes the full split count cost more than the pass itself.
-int hc_mix_splits(int width, int T) { return std::max(1, std::min(hc_mix_splits(width), (1056 + T - 1) / std::max(T, 1))); }
+// Enough (split, 4-token) blocks to fill the chip, no more: every split adds a reduction of (mix + 1) values per
+// token and warp and a row of partials, so at prefill sizes the full split count cost more than the pass itself.
+// From kMixWideT tokens (hc_mix_tiles_kernel, one block per SM by its registers and shared memory): enough splits
+// that the 32-token blocks cover the SMs once.
+int hc_mix_splits(int width, int T) {
+  if (T >= kMixWideT) {
+    const int blocks = (T + kMixTileTokens - 1) / kMixTileTokens;
+    return std::max(1, std::min(hc_mix_splits(width), dev::sm_count() / blocks));
+  }
+  return std::max(1, std::min(hc_mix_splits(width), (1056 + T - 1) / std::max(T, 1)));
+}
 
 cudaError_t hc_mix_partial(const float* h, int T, int width, const float* fn, int mix, int splits, float* partial,
                            cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
+  if (mix != 24 && mix != 4) return cudaErrorInvalidValue;
+  const bool aligned = width % 4 == 0 && reinterpret_cast<uintptr_t>(h) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(fn) % 16 == 0;
+  if (T >= kMixWideT && aligned) {
+    // Each split a whole number of tiles; trailing splits may be empty (their partials are zeros).
+    const int chunk = ((width + splits - 1) / splits + kMixTileCols - 1) / kMixTileCols * kMixTileCols;
+    const dim3 grid(splits, (T + kMixTileTokens - 1) / kMixTileTokens), block(kMixThreads);
+    static const cudaError_t configured = [] {
+      const cudaError_t e = cudaFuncSetAttribute(hc_mix_tiles_kernel<24>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 int(mix_tiles_smem<24>()));
+      return e != cudaSuccess ? e
+                              : cudaFuncSetAttribute(hc_mix_tiles_kernel<4>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     int(mix_tiles_smem<4>()));
+    }();
+    if (configured != cudaSuccess) return configured;
+    if (mix == 24)
+      return dev::launch(hc_mix_tiles_kernel<24>, grid, block, mix_tiles_smem<24>(), stream, h, T, width, fn, chunk,
+                         partial);
+    return dev::launch(hc_mix_tiles_kernel<4>, grid, block, mix_tiles_smem<4>(), stream, h, T, width, fn, chunk,
+                       partial);
+  }
   const int chunk = (width + splits - 1) / splits;
-  const bool wide = T >= kMixWideT;
-  const int tok = wide ? kMixTokensWide : 4;
-  const dim3 grid(splits, (T + tok - 1) / tok), block(kMixThreads);
-  if (mix == 24 && wide)
-    dev::launch(hc_mix_kernel<24, kMixTokensWide>, grid, block, 0, stream, h, T, width, fn, chunk, partial);
-  else if (mix == 24)
+  const dim3 grid(splits, (T + 3) / 4), block(kMixThreads);
+  if (mix == 24)
     dev::launch(hc_mix_kernel<24, 4>, grid, block, 0, stream, h, T, width, fn, chunk, partial);
-  else if (mix == 4 && wide)
-    dev::launch(hc_mix_kernel<4, kMixTokensWide>, grid, block, 0, stream, h, T, width, fn, chunk, partial);
-  else if (mix == 4)
-    dev::launch(hc_mix_kernel<4, 4>, grid, block, 0, stream, h, T, width, fn, chunk, partial);
   else
-    return cudaErrorInvalidValue;
+    dev::launch(hc_mix_kernel<4, 4>, grid, block, 0, stream, h, T, width, fn, chunk, partial);
   return cudaGetLastError();
 }
 
@@ -359,18 +504,32 @@ cudaError_t hc_pre_finish(const float* partial, int splits, const float* h, int 
   if (mix > 63 || dim % 4 != 0 || (part == HcFinishPart::Mix && head) ||
       (part != HcFinishPart::Collapse && !head && (post == nullptr || comb == nullptr)))
     return cudaErrorInvalidValue;
-  // Shared row only for rows longer than one pass of the collapse threads.
-  const size_t smem =
-      part != HcFinishPart::Mix && dim > 4 * kFinishQuads * kFinishCollapse ? size_t(dim) * sizeof(float) : 0;
-  auto run = [&](auto kernel) {
+  auto launch_finish = [&](auto kernel, HcFinishPart p) {
+    // Shared row only for rows longer than one pass of the collapse threads.
+    const size_t smem =
+        p != HcFinishPart::Mix && dim > 4 * kFinishQuads * kFinishCollapse ? size_t(dim) * sizeof(float) : 0;
     return launch(kernel, dim3(T), dim3(kFinishThreads), smem, stream, partial, splits, h, T, dim, mix, base, scale,
-                  sinkhorn_iters, hc_eps, norm_eps, norm_w, collapsed, post, comb, part);
+                  sinkhorn_iters, hc_eps, norm_eps, norm_w, collapsed, post, comb, p);
+  };
+  // Prefill-sized T: post and the Sinkhorn comb in hc_finish_mix_tokens_kernel, the collapse in the per-token blocks.
+  const bool token_mix = !head && part != HcFinishPart::Collapse && T >= kTokenMixMinT && mix + 1 - hc <= 32 &&
+                         hc * hc <= 32;
+  auto run = [&](auto finish, auto token_mix_kernel) {
+    if (token_mix) {
+      if (part == HcFinishPart::All) {
+        const cudaError_t e = launch_finish(finish, HcFinishPart::Collapse);
+        if (e != cudaSuccess) return e;
+      }
+      return launch(token_mix_kernel, dim3((T + kTokenMixWarps - 1) / kTokenMixWarps), dim3(kTokenMixWarps * 32), 0,
+                    stream, partial, splits, T, dim, mix, base, scale, sinkhorn_iters, hc_eps, norm_eps, post, comb);
+    }
+    return launch_finish(finish, part);
   };
   switch (hc) {
-    case 1: return run(hc_finish_kernel<1>);
-    case 2: return run(hc_finish_kernel<2>);
-    case 4: return run(hc_finish_kernel<4>);
-    case 8: return run(hc_finish_kernel<8>);
+    case 1: return run(hc_finish_kernel<1>, hc_finish_mix_tokens_kernel<1>);
+    case 2: return run(hc_finish_kernel<2>, hc_finish_mix_tokens_kernel<2>);
+    case 4: return run(hc_finish_kernel<4>, hc_finish_mix_tokens_kernel<4>);
+    case 8: return run(hc_finish_kernel<8>, hc_finish_mix_tokens_kernel<8>);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -20,8 +20,10 @@ TEST(CudaOps, HyperConnectionPreHeadPost) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
   for (int D : {64, 4096, 7168, 8200}) {  // 8200: longer than one pass of the finish kernel's collapse threads
-    for (int T : {1, 3, 33, 2050}) {  // 2050: hc_mix_partial's 8-token blocks (the reference's cost: small D only)
-      if (T > 33 && D > 64) continue;
+    // 2050: hc_mix_partial's 8-token blocks (the reference's cost: small D only); 300 and 2050: hc_pre_finish's
+    // warp-per-token post and Sinkhorn (T >= 264), at D 4096 over 64 splits.
+    for (int T : {1, 3, 33, 300, 2050}) {
+      if (T > 33 && D > 64 && !(T == 300 && D == 4096)) continue;
       const int hc = 4, mix = 24, width = hc * D;
       auto h = normal(size_t(T) * width, g);
       auto fn = uniform(size_t(mix) * width, g, -0.02f, 0.02f);
@@ -39,7 +41,7 @@ TEST(CudaOps, HyperConnectionPreHeadPost) {
       std::vector<float> col(size_t(T) * D), post(size_t(T) * hc), comb(size_t(T) * hc * hc);
       ref::hc_pre(p, h.data(), T, col.data(), post.data(), comb.data());
       const std::string tag = " D=" + std::to_string(D) + " T=" + std::to_string(T);
-      // Decode's split count, and prefill's (hc_mix_splits(width, 4096): one split over the whole width).
+      // Decode's split count, and prefill's (hc_mix_splits(width, 4096)).
       for (int mix_splits : {splits, cuda::hc_mix_splits(width, 4096)})
       for (bool norm : {false, true}) {
         const std::string stag = tag + " splits " + std::to_string(mix_splits);
@@ -93,6 +95,58 @@ TEST(CudaOps, HyperConnectionPreHeadPost) {
   }
 }
 
+// hc_mix_partial at prefill sizes (from 2048 tokens: 32-token tiles through shared memory) against double sums, with
+// uneven splits of the width and empty trailing splits (64 splits of 4096 columns in 128-column tiles). Bound: each
+// partial is a lane's sequential fp32 sum of up to width / 32 products, then a 5-level tree and the splits' double
+// sum, so |error| <= (width / 32 + 6) * 2^-24 * sum |terms| (sequential summation's gamma_n).
+TEST(CudaOps, HyperConnectionMixPartialPrefillTiles) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  const int T = 2050;
+  for (int D : {1024, 4096}) {
+    for (int mix : {24, 4}) {
+      const int width = 4 * D;
+      auto h = normal(size_t(T) * width, g);
+      auto fn = uniform(size_t(mix) * width, g, -0.02f, 0.02f);
+      std::vector<double> want(size_t(T) * (mix + 1)), mag(want.size());
+      for (int t = 0; t < T; ++t) {
+        const float* ht = h.data() + size_t(t) * width;
+        for (int m = 0; m <= mix; ++m) {
+          const float* f = m < mix ? fn.data() + size_t(m) * width : ht;
+          double s = 0, a = 0;
+          for (int e = 0; e < width; ++e) {
+            const double p = double(ht[e]) * double(f[e]);
+            s += p;
+            a += std::fabs(p);
+          }
+          want[size_t(t) * (mix + 1) + m] = s;
+          mag[size_t(t) * (mix + 1) + m] = a;
+        }
+      }
+      auto dh = dev(h);
+      auto dfn = dev(fn);
+      std::vector<int> split_counts = {cuda::hc_mix_splits(width, T), 1, 3};
+      if (D == 1024) split_counts.push_back(cuda::hc_mix_splits(width));  // 64: half of them empty
+      for (int splits : split_counts) {
+        cuda::DeviceArray<float> partial(size_t(splits) * T * (mix + 1), "partial");
+        partial.fill_bytes(0xff);  // NaN: every split's row must be written, the empty ones too
+        MOESERVE_CUDA_CHECK(cuda::hc_mix_partial(dh.data(), T, width, dfn.data(), mix, splits, partial.data(), nullptr));
+        const auto got = host(partial);
+        const double gamma = double(width / 32 + 6) * std::ldexp(1.0, -24);
+        int bad = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          double s = 0;
+          for (int k = 0; k < splits; ++k) s += double(got[size_t(k) * want.size() + i]);
+          if (!(std::fabs(s - want[i]) <= gamma * mag[i]) && bad++ < 5)
+            ADD_FAILURE() << "D=" << D << " mix=" << mix << " splits=" << splits << " t=" << i / (mix + 1)
+                          << " m=" << i % (mix + 1) << ": " << s << " vs " << want[i] << " (bound " << gamma * mag[i] << ")";
+        }
+        EXPECT_EQ(bad, 0) << "D=" << D << " mix=" << mix << " splits=" << splits;
+      }
+    }
+  }
+}
+
 // hc_pre_finish split into Collapse (critical path) and Mix (post + Sinkhorn comb, a side stream): each part is
 // bit for bit its share of the All launch and leaves the other part's outputs untouched (a finite pattern,
 // checked to survive). Mix is given no h, norm_w or collapsed row to read; Collapse no post or comb to write.
@@ -107,7 +161,7 @@ TEST(CudaOps, HyperConnectionPreFinishSplitIntoCollapseAndMix) {
   };
   const auto all = cuda::HcFinishPart::All, collapse = cuda::HcFinishPart::Collapse, mixp = cuda::HcFinishPart::Mix;
   for (int D : {4096, 7168}) {
-    for (int T : {1, 5}) {
+    for (int T : {1, 5, 300}) {  // 300: the warp-per-token Mix (T >= 264)
       const int hc = 4, mix = 24, width = hc * D;
       auto dh = dev(normal(size_t(T) * width, g));
       auto dfn = dev(uniform(size_t(mix) * width, g, -0.02f, 0.02f));
