@@ -18,11 +18,11 @@ namespace {
 using namespace dev;
 
 constexpr int kMixThreads = 256;
-// hc_mix_kernel takes 4 tokens a block (fn is read once per block); from kMixWideT tokens on, where that pass is
-// bound by re-reading fn from L2 (1.6 GB for 4096 tokens), hc_mix_tiles_kernel takes over.
-constexpr int kMixWideT = 2048;
+// hc_mix_kernel takes kMixTokens tokens a block (fn is read once per block); from kMixWideT tokens on, where that
+// pass is bound by re-reading fn from L2 (1.6 GB for 4096 tokens), hc_mix_tiles_kernel takes over.
+constexpr int kMixTokens = 4, kMixWideT = 2048;
 
-template <int MIX, int kMixTokens>
+template <int MIX>
 __global__ void __launch_bounds__(kMixThreads) hc_mix_kernel(const float* h, int T, int width, const float* fn,
                                                               int chunk, float* partial) {
   dev::pdl_begin();
@@ -68,14 +68,14 @@ __global__ void __launch_bounds__(kMixThreads) hc_mix_kernel(const float* h, int
   }
 }
 
-// hc_mix_partial for prefill-sized T (from kMixWideT tokens). The kernel above, at 8 tokens a block, held 200
-// accumulators a thread (254 registers, one block of 8 warps per SM): each pass's loads were a memory round trip
-// with nothing else in flight (nsys: 250 us for 4096 V4-Flash tokens, 268 MB, against 63 us of bandwidth). Here a
-// block takes kMixTileTokens tokens and walks its split of the width in tiles of kMixTileCols columns; the tokens'
-// rows and fn's rows of a tile reach shared memory by cp.async, kMixStages tiles in flight (112 KB; one block an
-// SM: two, at 3 stages and 128 registers, measured no faster). Warp w then takes tokens 4w .. 4w + 3 of the tile,
-// lane l columns 4l .. 4l + 3: each fn value read from shared memory serves 4 tokens' FMAs. The lanes' sums are
-// added by the warp at the end. The prefill layer's hc_mix pass: ~250 -> ~170 us at 4096 tokens (nsys).
+// hc_mix_partial for prefill-sized T (from kMixWideT tokens). The kernel above, run here at 8 tokens a block before,
+// held 200 accumulators a thread (254 registers, one block of 8 warps per SM): each pass's loads were a memory round
+// trip with nothing else in flight (nsys: 250 us for 4096 V4-Flash tokens, 268 MB, against 63 us of bandwidth). Here a
+// block takes kMixTileTokens tokens and walks its split of the width in tiles of kMixTileCols columns; the tokens' rows
+// and fn's rows of a tile reach shared memory by cp.async, kMixStages tiles in flight (112 KB; one block an SM: two, at
+// 3 stages and 128 registers, measured no faster). Warp w then takes tokens 4w .. 4w + 3 of the tile, lane l
+// columns 4l .. 4l + 3: each fn value read from shared memory serves 4 tokens' FMAs. The lanes' sums are added by
+// the warp at the end. The prefill layer's hc_mix pass: ~250 -> ~170 us at 4096 tokens (nsys).
 constexpr int kMixTileTokens = 32, kMixWarpTokens = kMixTileTokens / (kMixThreads / 32), kMixTileCols = 128,
               kMixStages = 4;
 template <int MIX>
@@ -278,8 +278,8 @@ __global__ void __launch_bounds__(kFinishThreads)
   const float r = float(1.0 / sqrt(double(mixes[mix]) / double(HC * dim) + double(norm_eps)));
   if (warp == 0) {
     if (do_mix)
-      post_and_comb<HC>(mixes, r, post_scale, post_base, comb_scale, comb_base, iters, hc_eps, cs, post + size_t(t) * HC,
-                        comb + size_t(t) * HC * HC);
+      post_and_comb<HC>(mixes, r, post_scale, post_base, comb_scale, comb_base, iters, hc_eps, cs,
+                        post + size_t(t) * HC, comb + size_t(t) * HC * HC);
     return;
   }
   if (!do_collapse) return;
@@ -449,8 +449,6 @@ __global__ void __launch_bounds__(kMixThreads)
 int hc_mix_splits(int width) { return (width + 255) / 256; }
 // Enough (split, 4-token) blocks to fill the chip, no more: every split adds a reduction of (mix + 1) values per
 // token and warp and a row of partials, so at prefill sizes the full split count cost more than the pass itself.
-// Enough (split, 4-token) blocks to fill the chip, no more: every split adds a reduction of (mix + 1) values per
-// token and warp and a row of partials, so at prefill sizes the full split count cost more than the pass itself.
 // From kMixWideT tokens (hc_mix_tiles_kernel, one block per SM by its registers and shared memory): enough splits
 // that the 32-token blocks cover the SMs once.
 int hc_mix_splits(int width, int T) {
@@ -487,11 +485,11 @@ cudaError_t hc_mix_partial(const float* h, int T, int width, const float* fn, in
                        partial);
   }
   const int chunk = (width + splits - 1) / splits;
-  const dim3 grid(splits, (T + 3) / 4), block(kMixThreads);
+  const dim3 grid(splits, (T + kMixTokens - 1) / kMixTokens), block(kMixThreads);
   if (mix == 24)
-    dev::launch(hc_mix_kernel<24, 4>, grid, block, 0, stream, h, T, width, fn, chunk, partial);
+    dev::launch(hc_mix_kernel<24>, grid, block, 0, stream, h, T, width, fn, chunk, partial);
   else
-    dev::launch(hc_mix_kernel<4, 4>, grid, block, 0, stream, h, T, width, fn, chunk, partial);
+    dev::launch(hc_mix_kernel<4>, grid, block, 0, stream, h, T, width, fn, chunk, partial);
   return cudaGetLastError();
 }
 
