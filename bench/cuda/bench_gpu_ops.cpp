@@ -373,8 +373,14 @@ void bench_attention(const std::string& model, int H, int S, int count, int ctx,
   auto comp = floats(size_t(S) * pages * epp * hd);
   auto sinks = floats(size_t(H));
   auto inv = floats(32, 0.5f);
+  // Each token's top-k: distinct entries it may see (pos + 1) / ratio of, spread as a permutation (7919 is prime),
+  // each token's from its own offset.
   std::vector<int> top(size_t(T) * std::max(topk, 1));
-  for (size_t i = 0; i < top.size(); ++i) top[i] = int((i * 7919) % std::max(1, (ctx - count) / std::max(ratio, 1)));
+  for (int t = 0; t < T && topk > 0; ++t) {
+    const int valid = std::max(1, (ctx - count + t % count + 1) / std::max(ratio, 1));
+    for (int j = 0; j < topk; ++j)
+      top[size_t(t) * topk + j] = int((size_t(j) * 7919 + size_t(t) * 104729) % size_t(valid));
+  }
   auto dtop = cuda::DeviceArray<int>::from(std::span<const int>(top), "top");
   cuda::AttentionArgs a;
   a.q = static_cast<float*>(q.data());
@@ -413,6 +419,13 @@ void bench_attention(const std::string& model, int H, int S, int count, int ctx,
   // is what the bf16 ceiling is held against.
   const double us_mma = time_us([&](int) { MOESERVE_CUDA_CHECK(cuda::sparse_attention_mma(bt.b, a, st)); }, count > 64 ? 2 : 20);
   report("attention bf16x3 mma (" + kind + ")", shape, us_mma, bytes, flops * 3.75, kBf16, false);
+  if (count > 1) {  // prefill: with the keys converted once into a key image (as GpuModel runs prefill steps)
+    a.image_comp = ratio ? ctx / ratio : 0;
+    cuda::DeviceBuffer image(cuda::attention_key_image_elems(T, S, W, a.image_comp) * 2, "key image");
+    a.key_image = static_cast<uint16_t*>(image.data());
+    const double us_image = time_us([&](int) { MOESERVE_CUDA_CHECK(cuda::sparse_attention_mma(bt.b, a, st)); }, 2);
+    report("attention bf16x3 mma, key image (" + kind + ")", shape, us_image, bytes, flops * 3.75, kBf16, false);
+  }
 }
 
 void bench_indexer(const std::string& model, int S, int count, int ctx, int k) {

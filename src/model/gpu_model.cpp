@@ -23,6 +23,7 @@ using cuda::DeviceArray;
 using cuda::WeightType;
 
 constexpr int kSkinnyRows = 8;  // linears with at most this many rows always take the skinny GEMM
+constexpr int kKeyImageMinT = 64;  // steps from this many tokens may convert the attention's keys once (attention())
 
 float rope_scale_of(const io::RopeSpec& spec) { return spec.yarn ? float(spec.attention_factor) : 1.0f; }
 
@@ -747,6 +748,21 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   aa.partial = attn_partial_;
   aa.splits = std::min(attn_splits_max_, cuda::attention_splits(T, H, max_keys));
   aa.keys_bf16_nope = num.kv_fp8;
+  // Prefill-sized steps convert the keys for the tensor-core kernel once into a key image, where that is fewer rows
+  // than the blocks would convert (each of its keys per token and 32 heads) and takes at most 64 MB.
+  // MOESERVE_ATTN_KEY_IMAGE=0: never (for A/B runs).
+  static const bool key_image_on = [] {
+    const char* e = std::getenv("MOESERVE_ATTN_KEY_IMAGE");
+    return !e || std::string(e) != "0";
+  }();
+  const int image_comp = comp ? (p.max_pos + 1) / comp->ratio : 0;
+  const size_t image_rows = size_t(T) + size_t(p.S) * size_t(aa.window - 1 + image_comp);
+  const size_t image_bytes = cuda::attention_key_image_elems(T, p.S, aa.window, image_comp) * 2;
+  if (key_image_on && num.kv_fp8 && T >= kKeyImageMinT && image_bytes <= (size_t(64) << 20) &&
+      8 * image_rows <= size_t(T) * size_t(std::max(1, H / 32)) * size_t(max_keys)) {
+    aa.key_image = static_cast<uint16_t*>(bufs_[110].get(image_bytes, &generation_));
+    aa.image_comp = image_comp;
+  }
   MOESERVE_CUDA_CHECK(cuda::sparse_attention(b, aa, st));
   // The window ring only has to hold this step's kv before the layer's next step: its store runs beside the
   // output projection (after the attention kernels, whose reads it would overwrite).

@@ -14,6 +14,11 @@
 // the warp's 16 heads (the four warps of a head group compute the same one); the output columns of its part with
 // the probabilities in three terms. Key rows arrive by bulk copies one tile ahead as fp32 and are converted to bf16
 // rows [448 nope | rope term 1 | term 2 | term 3]; the token's queries are converted once to three bf16 planes.
+//
+// With a key image (AttentionArgs::key_image, prefill sizes) a first launch converts every key row the step can
+// reach to that bf16 row form once, and the blocks bulk-copy their keys' image rows straight into two alternating
+// key tiles: no per-block conversion, 1280 instead of 2048 bytes a row, and the next tile's copies run under
+// this one's mmas. The tiles hold the same values either way, so the two forms give the same bits.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -44,6 +49,26 @@ constexpr size_t kXBytes = size_t(2) * 4 * 4 * 32 * 16;  // partial scores: [hea
 constexpr int kMaxKeys = 2048;                           // keys per split (their codes stay in shared memory)
 constexpr size_t kSmemBytes = kQBytes + kKBytes + kStageBytes + kXBytes + size_t(kMaxKeys) * 4 + 8;
 static_assert(kQBytes % 16 == 0 && kKBytes % 16 == 0 && kSmemBytes <= 232448, "shared memory");
+constexpr int kImageRow = kNope + 3 * kRope;  // bf16 per key image row: a key tile row without its padding
+// With the key image: two key tiles in place of the staging rows and one tile, and a barrier per key tile.
+constexpr size_t kSmemImageBytes = kQBytes + 2 * kKBytes + kXBytes + size_t(kMaxKeys) * 4 + 16;
+static_assert(kSmemImageBytes <= 232448 && kImageRow * 2 % 16 == 0, "shared memory");
+
+// Key columns c .. c + 3 (c % 4 == 0) in a key tile or image row: nope dims as bf16 (exact for FP8-simulated
+// values), rope dims (c >= kNope) as three bf16 terms (columns c, c + kRope, c + 2 kRope).
+template <bool kRopeCols>
+__device__ __forceinline__ void store_key_cols(uint16_t* row, int c, float4 v) {
+  if constexpr (!kRopeCols) {
+    *reinterpret_cast<uint2*>(row + c) = make_uint2(bf16x2(v.x, v.y), bf16x2(v.z, v.w));
+  } else {
+    uint32_t a1, a2, a3, b1, b2, b3;
+    split3(v.x, v.y, a1, a2, a3);
+    split3(v.z, v.w, b1, b2, b3);
+    *reinterpret_cast<uint2*>(row + c) = make_uint2(a1, b1);
+    *reinterpret_cast<uint2*>(row + c + kRope) = make_uint2(a2, b2);
+    *reinterpret_cast<uint2*>(row + c + 2 * kRope) = make_uint2(a3, b3);
+  }
+}
 
 struct Block {
   const BatchDesc& b;
@@ -53,8 +78,8 @@ struct Block {
   uint16_t* ks;   // [kKeys][kKPitch]
   float* stage;   // [kKeys][kHd]
   float4* xchg;   // [2][4][4][32]
-  uint32_t* keys; // [kMaxKeys]: the split's key codes (attention_keys.cuh)
-  uint64_t* full; // the staged tile's mbarrier: one arrival per row, plus the rows' bytes
+  uint32_t* keys; // [kMaxKeys]: the split's key codes (attention_keys.cuh), or with the image its image rows
+  uint64_t* full; // the staged tile's mbarrier: one arrival per row, plus the rows' bytes (image: one per key tile)
   int r, x;       // this thread's key row in a tile and its first float4 column (8 threads per row)
   int k0, k1;     // this split's keys
 
@@ -71,6 +96,23 @@ struct Block {
       mbar_arrive(full);
     }
   }
+  // With the key image: key row tile + r into key tile `buf`, by a bulk copy from its image row (by the row's first
+  // thread), or zeros past the split's keys (the row's 8 threads; the probabilities there are 0, and 0 times
+  // leftover bits could be NaN). Called by every thread after a block barrier that ends the tile's last reads.
+  __device__ __forceinline__ void issue_image(int tile, int buf) const {
+    const int j = tile + r;
+    uint16_t* dst = ks + (size_t(buf) * kKeys + r) * kKPitch;
+    if (j < k1) {
+      if (x != 0) return;
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the rows' last reads were the generic proxy's
+      mbar_arrive_expect_tx(full + buf, kImageRow * 2);
+      bulk_load(dst, a.key_image + size_t(keys[j - k0]) * kImageRow, kImageRow * 2, full + buf);
+    } else {
+#pragma unroll
+      for (int u = 0; u < kImageRow / 64; ++u) reinterpret_cast<uint4*>(dst)[x + 8 * u] = make_uint4(0, 0, 0, 0);
+      if (x == 0) mbar_arrive(full + buf);
+    }
+  }
   // The thread's own staged columns of row r to bf16 (zeros past the split's keys): nope dims as they are, rope
   // dims (columns of u = 14, 15) as three terms.
   __device__ __forceinline__ void convert(int tile) const {
@@ -78,27 +120,18 @@ struct Block {
     uint16_t* dst = ks + r * kKPitch;
     const bool valid = tile + r < k1;
 #pragma unroll
-    for (int u = 0; u < 14; ++u) {
+    for (int u = 0; u < 16; ++u) {  // columns of u < 14 are nope dims
       const int c = 4 * (x + 8 * u);
       const float4 v = valid ? *reinterpret_cast<const float4*>(src + c) : make_float4(0, 0, 0, 0);
-      *reinterpret_cast<uint2*>(dst + c) = make_uint2(bf16x2(v.x, v.y), bf16x2(v.z, v.w));
-    }
-#pragma unroll
-    for (int u = 14; u < 16; ++u) {
-      const int c = 4 * (x + 8 * u);
-      const float4 v = valid ? *reinterpret_cast<const float4*>(src + c) : make_float4(0, 0, 0, 0);
-      uint32_t a1, a2, a3, b1, b2, b3;
-      split3(v.x, v.y, a1, a2, a3);
-      split3(v.z, v.w, b1, b2, b3);
-      *reinterpret_cast<uint2*>(dst + c) = make_uint2(a1, b1);
-      *reinterpret_cast<uint2*>(dst + c + kRope) = make_uint2(a2, b2);
-      *reinterpret_cast<uint2*>(dst + c + 2 * kRope) = make_uint2(a3, b3);
+      if (u < 14) store_key_cols<false>(dst, c, v);
+      else store_key_cols<true>(dst, c, v);
     }
   }
 };
 
 // The tile loop and the output of warp `part` (head group hg): nope columns [112 part, + 112) and rope columns
 // kNope + [16 part, + 16), for the scores (as dims) and the output alike.
+template <bool kImage>
 __device__ __forceinline__ void attend(const Block& k, int hg, int part, int h0) {
   constexpr int kNopeCols = kNope / 4, kRopeCols = kRope / 4;  // per warp: 112 and 16
   constexpr int kNT = kNopeCols / 8, kRT = kRopeCols / 8;     // output n-tiles of 8 columns: 14 and 2
@@ -117,13 +150,21 @@ __device__ __forceinline__ void attend(const Block& k, int hg, int part, int h0)
   // (B, n = keys): key lane % 8 + 8 (lane / 16), column 8 ((lane / 8) % 2). Values (B, k = keys, transposed): key
   // lane % 8 + 8 ((lane / 8) % 2), column 8 (lane / 16).
   const uint32_t qa = smem_addr(k.qs + (16 * hg + lane % 16) * kQPitch + 8 * (lane / 16));
-  const uint32_t kb = smem_addr(k.ks + (lane % 8 + 8 * (lane / 16)) * kKPitch + 8 * ((lane / 8) % 2));
-  const uint32_t vb = smem_addr(k.ks + (lane % 8 + 8 * ((lane / 8) % 2)) * kKPitch + 8 * (lane / 16));
+  const uint32_t kb0 = smem_addr(k.ks + (lane % 8 + 8 * (lane / 16)) * kKPitch + 8 * ((lane / 8) % 2));
+  const uint32_t vb0 = smem_addr(k.ks + (lane % 8 + 8 * ((lane / 8) % 2)) * kKPitch + 8 * (lane / 16));
   constexpr uint32_t kQTerm = kQPlane * 2, kKRow = kKPitch * 2;
 
-  uint32_t phase = 1;  // the first tile's phase (0) was waited for before
+  uint32_t phase = 1;  // the first tile's phase (0) was waited for before (without the image)
   for (int tile = k.k0; tile < n; tile += kKeys) {
-    if (tile + kKeys < n) k.issue(tile + kKeys);  // the staging rows are free: this tile's are converted
+    uint32_t kb = kb0, vb = vb0;
+    const int ti = (tile - k.k0) / kKeys;
+    if constexpr (kImage) {  // tile ti is in key tile ti % 2, that tile's (ti / 2)-th fill
+      mbar_wait(k.full + (ti & 1), uint32_t(ti >> 1) & 1);
+      kb += (ti & 1) * uint32_t(kKBytes);
+      vb += (ti & 1) * uint32_t(kKBytes);
+    } else if (tile + kKeys < n) {
+      k.issue(tile + kKeys);  // the staging rows are free: this tile's are converted
+    }
 
     // Partial scores of the 16 heads x 32 keys over this warp's dims: nope (3 query terms), rope (3 x 3 terms).
     float sc[4][4];
@@ -258,7 +299,9 @@ __device__ __forceinline__ void attend(const Block& k, int hg, int part, int h0)
     }
 
     __syncthreads();  // every warp is done with this tile's keys and partial scores
-    if (tile + kKeys < n) {
+    if constexpr (kImage) {
+      if (tile + 2 * kKeys < n) k.issue_image(tile + 2 * kKeys, ti & 1);
+    } else if (tile + kKeys < n) {
       mbar_wait(k.full, phase);
       phase ^= 1;
       k.convert(tile + kKeys);
@@ -311,21 +354,24 @@ __device__ __forceinline__ void attend(const Block& k, int hg, int part, int h0)
   }
 }
 
+template <bool kImage>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_mma_kernel(const __grid_constant__ BatchDesc b, const __grid_constant__ AttentionArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
   dev::pdl_begin();
   const TokenKeys tk(b, a, blockIdx.x);
   const int h0 = blockIdx.y * kHeads, warp = threadIdx.x / 32;
+  // Shared memory: queries, key tile(s), staging rows (not with the image), exchange, key codes, barrier(s).
+  constexpr size_t kTiles = kQBytes + (kImage ? 2 : 1) * kKBytes, kX = kTiles + (kImage ? 0 : kStageBytes);
   Block k{b,
           a,
           tk,
           reinterpret_cast<uint16_t*>(smem),
           reinterpret_cast<uint16_t*>(smem + kQBytes),
-          reinterpret_cast<float*>(smem + kQBytes + kKBytes),
-          reinterpret_cast<float4*>(smem + kQBytes + kKBytes + kStageBytes),
-          reinterpret_cast<uint32_t*>(smem + kQBytes + kKBytes + kStageBytes + kXBytes),
-          reinterpret_cast<uint64_t*>(smem + kQBytes + kKBytes + kStageBytes + kXBytes + size_t(kMaxKeys) * 4),
+          reinterpret_cast<float*>(smem + kTiles),
+          reinterpret_cast<float4*>(smem + kX),
+          reinterpret_cast<uint32_t*>(smem + kX + kXBytes),
+          reinterpret_cast<uint64_t*>(smem + kX + kXBytes + size_t(kMaxKeys) * 4),
           int(threadIdx.x) / 8,
           int(threadIdx.x) % 8,
           0,
@@ -334,13 +380,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   k.k0 = blockIdx.z * per;
   k.k1 = min(tk.n, k.k0 + per);
   // The split's key codes once (top-k and page-table loads), not per tile on the way to each tile's copies.
-  for (int j = k.k0 + threadIdx.x; j < k.k1; j += kThreads) k.keys[j - k.k0] = tk.code(b, a, j);
+  for (int j = k.k0 + threadIdx.x; j < k.k1; j += kThreads)
+    k.keys[j - k.k0] = kImage ? tk.image_row(b, a, j) : tk.code(b, a, j);
   if (threadIdx.x == 0) {
     mbar_init(k.full, kKeys);
+    if (kImage) mbar_init(k.full + 1, kKeys);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  if (k.k0 < k.k1) k.issue(k.k0);
+  if constexpr (kImage) {
+    if (k.k0 < k.k1) k.issue_image(k.k0, 0);
+    if (k.k0 + kKeys < k.k1) k.issue_image(k.k0 + kKeys, 1);
+  } else if (k.k0 < k.k1) {
+    k.issue(k.k0);
+  }
   // The token's 32 heads x 512 queries as three bf16 planes (16 float4s per thread, loads first).
   {
     const float4* src = reinterpret_cast<const float4*>(a.q + (size_t(tk.t) * a.H + h0) * kHd);
@@ -362,16 +415,62 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
-  if (k.k0 < k.k1) {
+  if (!kImage && k.k0 < k.k1) {
     mbar_wait(k.full, 0);
     k.convert(k.k0);
   }
   __syncthreads();
   // Warps w and w + 4 share a scheduler: the same part of both head groups (the same code and tensor work).
-  attend(k, warp >> 2, warp & 3, h0);
+  attend<kImage>(k, warp >> 2, warp & 3, h0);
+}
+
+// The key image (AttentionArgs::key_image): one warp per row, in the form Block::convert gives a key tile row. Grid
+// y 0: the chunk's kv rows; y = 1 + s: sequence s's ring rows (positions from start - (window - 1), those >= 0),
+// then its compressed entries (those < (start + count) / ratio, the most any of its tokens reaches).
+__global__ void __launch_bounds__(256) attention_key_image_kernel(const __grid_constant__ BatchDesc b,
+                                                                 const __grid_constant__ AttentionArgs a) {
+  dev::pdl_begin();
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int ring = a.window - 1;
+  const float* src = nullptr;
+  size_t row = 0;
+  if (blockIdx.y == 0) {
+    if (i >= b.T) return;
+    src = a.kv + size_t(i) * kHd;
+    row = size_t(i);
+  } else {
+    const int s = int(blockIdx.y) - 1, start = b.seq_start[s];
+    if (i < ring) {
+      const int kp = start - ring + i;
+      if (kp < 0) return;
+      const size_t ring_row = (size_t(b.seq_slot[s]) * a.view.num_layers + a.view.layer) * a.view.cap + kp % a.view.cap;
+      src = a.view.window + ring_row * kHd;
+      row = size_t(b.T) + size_t(s) * ring + i;
+    } else {
+      const int e = i - ring;
+      if (a.ratio == 0 || e >= min(a.image_comp, (start + b.seq_count[s]) / a.ratio)) return;
+      const int page = b.page_table[size_t(s) * b.page_ld + e / a.view.epp];
+      src = a.view.compressed + (size_t(page) * a.view.epp + e % a.view.epp) * kHd;
+      row = size_t(b.T) + size_t(b.S) * ring + size_t(s) * a.image_comp + e;
+    }
+  }
+  uint16_t* dst = a.key_image + row * kImageRow;
+  float4 v[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) v[u] = reinterpret_cast<const float4*>(src)[lane + 32 * u];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const int c = 4 * (lane + 32 * u);
+    if (c < kNope) store_key_cols<false>(dst, c, v[u]);
+    else store_key_cols<true>(dst, c, v[u]);
+  }
 }
 
 }  // namespace
+
+size_t attention_key_image_elems(int T, int S, int window, int comp) {
+  return (size_t(T) + size_t(S) * (std::max(window, 1) - 1) + size_t(S) * std::max(comp, 0)) * kImageRow;
+}
 
 bool sparse_attention_mma_fits(int H, int hd, int rope_dim, int max_keys) {
   return hd == kHd && rope_dim == kRope && H > 0 && H % kHeads == 0 && max_keys <= kMaxKeys;
@@ -380,16 +479,32 @@ bool sparse_attention_mma_fits(int H, int hd, int rope_dim, int max_keys) {
 cudaError_t sparse_attention_mma(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream) {
   if (b.T == 0) return cudaSuccess;
   if (!sparse_attention_mma_fits(a.H, a.hd, a.rope_dim, a.max_keys)) return cudaErrorInvalidValue;
-  static const cudaError_t configured =
-      cudaFuncSetAttribute(attention_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
+  using Kernel = void (*)(const BatchDesc, const AttentionArgs);
+  const bool image = a.key_image != nullptr;
+  static const cudaError_t configured = [] {
+    cudaError_t e = cudaFuncSetAttribute(attention_mma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(kSmemBytes));
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(attention_mma_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               int(kSmemImageBytes));
+    return e;
+  }();
   if (configured != cudaSuccess) return configured;
   if (a.splits < 1 || (a.splits > 1 && !a.partial)) return cudaErrorInvalidValue;
+  if (image && (a.window < 1 || (a.ratio > 0 && (a.image_comp < 0 || !a.view.compressed)))) return cudaErrorInvalidValue;
   // At most a.splits (the workspace's), and no more blocks than one wave at one block per multiprocessor: a second
   // wave costs more than the splits save (T = 64 at the splits attention_splits picks: 167 against 120 us).
   AttentionArgs m = a;
   m.splits = std::max(1, std::min(a.splits, dev::sm_count() / (b.T * (a.H / kHeads))));
-  const cudaError_t err =
-      dev::launch(attention_mma_kernel, dim3(b.T, a.H / kHeads, m.splits), dim3(kThreads), kSmemBytes, stream, b, m);
+  if (image) {
+    const int rows = std::max(b.T, a.window - 1 + (a.ratio > 0 ? a.image_comp : 0));
+    const cudaError_t err = dev::launch(attention_key_image_kernel, dim3((rows + 7) / 8, b.S + 1), dim3(256), 0,
+                                        stream, b, m);
+    if (err != cudaSuccess) return err;
+  }
+  const Kernel kernel = image ? attention_mma_kernel<true> : attention_mma_kernel<false>;
+  const cudaError_t err = dev::launch(kernel, dim3(b.T, a.H / kHeads, m.splits), dim3(kThreads),
+                                      image ? kSmemImageBytes : kSmemBytes, stream, b, m);
   return err != cudaSuccess || m.splits == 1 ? err : attention_combine(b, m, stream);
 }
 

@@ -320,6 +320,12 @@ struct AttentionArgs {
   // of 2 or more tokens, or over 512 or more keys, then take sparse_attention_mma (MOESERVE_ATTN_MMA_MIN_T=N: from
   // N tokens on).
   bool keys_bf16_nope = false;
+  // Optional, for sparse_attention_mma at prefill sizes: a workspace of attention_key_image_elems bf16 into which
+  // the call first converts every key row the step can reach, once, so that each block copies its keys' rows
+  // ready for the tensor cores instead of converting them itself (each row once per token and 32 heads).
+  // image_comp: compressed entries per sequence it holds, at least (max_pos + 1) / ratio of the step.
+  uint16_t* key_image = nullptr;
+  int image_comp = 0;
 };
 int attention_splits(int T, int H, int max_keys);
 size_t attention_workspace_floats(int T, int H, int hd, int splits);
@@ -329,6 +335,9 @@ cudaError_t sparse_attention(const BatchDesc& b, const AttentionArgs& a, cudaStr
 // order differs from sparse_attention. Key splits and their workspace as there (it may take fewer splits than
 // a.splits). Shapes: hd 512, rope_dim 64, H a multiple of 32, at most 2048 keys per token.
 bool sparse_attention_mma_fits(int H, int hd, int rope_dim, int max_keys);
+// bf16 elements of a.key_image for a step of T tokens in S sequences (window W, comp compressed entries per
+// sequence): the chunk's kv rows, each sequence's window-ring rows before its chunk, its compressed entries.
+size_t attention_key_image_elems(int T, int S, int window, int comp);
 cudaError_t sparse_attention_mma(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream);
 
 // ------------------------------------------------------------------------------------------- MoE (moe.cu)

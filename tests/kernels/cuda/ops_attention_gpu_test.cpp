@@ -319,6 +319,39 @@ TEST(CudaKv, IndexerScoresBf16OnFp4Values) {
   }
 }
 
+// An attention call's geometry: heads, head and rope dims, window (the ring's capacity too), the ring's layers and
+// this layer, compression ratio (0: none) with entries per page, top-k (k) or all entries, and the step's last
+// position + 1 (total), which bounds the keys.
+struct AttentionShape {
+  int H, hd, rd, W, layers, layer, ratio, epp, k, total;
+  bool indexed;
+};
+cuda::AttentionArgs attention_args(const AttentionShape& c, const float* q, const float* kv, const float* window,
+                                   const float* comp, const float* sinks, const float* inv_freq, const int* topk) {
+  cuda::AttentionArgs a;
+  a.q = q;
+  a.kv = kv;
+  a.view.window = const_cast<float*>(window);
+  a.view.layer = c.layer;
+  a.view.num_layers = c.layers;
+  a.view.cap = c.W;
+  a.view.hd = c.hd;
+  a.view.compressed = c.ratio ? const_cast<float*>(comp) : nullptr;
+  a.view.epp = c.epp;
+  a.H = c.H;
+  a.hd = c.hd;
+  a.window = c.W;
+  a.ratio = c.ratio;
+  a.topk = c.indexed ? topk : nullptr;
+  a.k = c.k;
+  a.max_keys = c.W + (c.ratio ? (c.indexed ? std::min(c.k, c.total / c.ratio) : c.total / c.ratio) : 0);
+  a.sinks = sinks;
+  a.scale = 1.0f / std::sqrt(float(c.hd));
+  a.inv_freq = inv_freq;
+  a.rope_dim = c.rd;
+  return a;
+}
+
 // fp8_keys: the keys' non-rope dims FP8-simulated as the checkpoint numerics store them; then the tensor-core kernel
 // runs too, on the same inputs and against the same reference and bound.
 void attention_case(int H, int hd, int ratio, bool indexed, int start, int count, int k, std::mt19937_64& g,
@@ -353,27 +386,8 @@ void attention_case(int H, int hd, int ratio, bool indexed, int start, int count
   auto dsink = dev(sinks);
   auto dinv = dev(rope.inv_freq());
   cuda::DeviceArray<int> dtop = indexed ? dev(topk) : cuda::DeviceArray<int>();
-  cuda::AttentionArgs a;
-  a.q = dq.data();
-  a.kv = dkv.data();
-  a.view.window = dwin.data();
-  a.view.layer = layer;
-  a.view.num_layers = layers;
-  a.view.cap = cap;
-  a.view.hd = hd;
-  a.view.compressed = ratio ? dcomp.data() : nullptr;
-  a.view.epp = epp;
-  a.H = H;
-  a.hd = hd;
-  a.window = W;
-  a.ratio = ratio;
-  a.topk = indexed ? dtop.data() : nullptr;
-  a.k = k;
-  a.max_keys = W + (ratio ? (indexed ? std::min(k, total / ratio) : total / ratio) : 0);
-  a.sinks = dsink.data();
-  a.scale = 1.0f / std::sqrt(float(hd));
-  a.inv_freq = dinv.data();
-  a.rope_dim = rd;
+  cuda::AttentionArgs a = attention_args({H, hd, rd, W, layers, layer, ratio, epp, k, total, indexed}, dq.data(),
+                                         dkv.data(), dwin.data(), dcomp.data(), dsink.data(), dinv.data(), dtop.data());
 std::vector<float> want(size_t(count) * H * hd);
   float kmax = 0;
   for (int t = 0; t < count; ++t) {
@@ -417,6 +431,11 @@ std::vector<float> want(size_t(count) * H * hd);
   if (!fp8_keys) return;
   ASSERT_TRUE(cuda::sparse_attention_mma_fits(H, hd, rd, a.max_keys));
   check(cuda::sparse_attention_mma, "tensor-core attention");
+  // The same with the keys converted once into a key image (poisoned first: rows the step cannot reach stay so).
+  a.image_comp = ratio ? total / ratio : 0;
+  auto image = poisoned<uint16_t>(cuda::attention_key_image_elems(count, 1, W, a.image_comp));
+  a.key_image = image.data();
+  check(cuda::sparse_attention_mma, "tensor-core attention, key image");
 }
 
 TEST(CudaAttention, SparseAttentionWithSinks) {
@@ -449,6 +468,100 @@ TEST(CudaAttention, TensorCoresOnFp8Keys) {
   attention_case(64, 512, 0, false, 5, 37, 0, g, true);
   attention_case(64, 512, 4, true, 6000, 1, 512, g, true);
   attention_case(128, 512, 4, true, 5000, 3, 1024, g, true);
+}
+
+// The key image (AttentionArgs::key_image) in a step of several sequences: each sequence's ring rows and compressed
+// entries at their own place in it. The tiles hold the same bf16 values either way, so the outputs must be the
+// per-block conversion's bit for bit (that form is checked against the reference above).
+TEST(CudaAttention, TensorCoresKeyImageMatchesPerBlockConversion) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  const int H = 64, hd = 512, rd = 64, W = 128, cap = W, layers = 3, layer = 1, k = 512;
+  struct Seq { int start, count; };
+  const std::vector<Seq> seqs = {{0, 70}, {300, 33}, {5000, 40}, {20, 1}, {131, 9}};
+  const int S = int(seqs.size());
+  int T = 0, max_total = 0;
+  for (const Seq& q : seqs) {
+    T += q.count;
+    max_total = std::max(max_total, q.start + q.count);
+  }
+  for (int ratio : {4, 128, 0}) {
+    const bool indexed = ratio == 4;
+    const int epp = ratio ? 256 / ratio : 1, page_ld = (max_total + 255) / 256 + 1, pages = S * page_ld;
+    std::vector<int> pos, seq_of, ids, begin, start, count, slot, table(static_cast<size_t>(pages));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), g);  // each sequence's pages: a disjoint shuffled run
+    for (int s = 0; s < S; ++s) {
+      begin.push_back(int(pos.size()));
+      start.push_back(seqs[size_t(s)].start);
+      count.push_back(seqs[size_t(s)].count);
+      slot.push_back(S - 1 - s);
+      for (int i = 0; i < seqs[size_t(s)].count; ++i) {
+        pos.push_back(seqs[size_t(s)].start + i);
+        seq_of.push_back(s);
+        ids.push_back(0);
+      }
+    }
+    std::vector<int> meta;
+    for (const std::vector<int>* v : {&pos, &seq_of, &ids, &begin, &start, &count, &slot, &table})
+      meta.insert(meta.end(), v->begin(), v->end());
+    auto dmeta = dev(meta);
+    cuda::BatchDesc b;
+    b.T = T;
+    b.S = S;
+    b.tok_pos = dmeta.data();
+    b.tok_seq = b.tok_pos + T;
+    b.tok_id = b.tok_seq + T;
+    b.seq_begin = b.tok_id + T;
+    b.seq_start = b.seq_begin + S;
+    b.seq_count = b.seq_start + S;
+    b.seq_slot = b.seq_count + S;
+    b.page_table = b.seq_slot + S;
+    b.page_ld = page_ld;
+    auto fp8_keys = [&](size_t rows) {
+      auto v = normal(rows * hd, g);
+      ref::fp8_block_sim(v.data(), int64_t(rows), hd, hd - rd, 64);
+      return dev(v);
+    };
+    auto dq = dev(normal(size_t(T) * H * hd, g));
+    auto dkv = fp8_keys(size_t(T));
+    auto dwin = fp8_keys(size_t(S) * layers * cap);
+    auto dcomp = fp8_keys(size_t(pages) * epp);
+    auto dsink = dev(normal(size_t(H), g));
+    ref::RopeTable rope(yarn_spec(), rd);
+    auto dinv = dev(rope.inv_freq());
+    std::vector<int> topk(size_t(T) * k, -1);
+    for (int t = 0; t < T && indexed; ++t) {
+      const int valid = (pos[size_t(t)] + 1) / ratio;
+      std::vector<int> perm(static_cast<size_t>(valid));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), g);
+      for (int j = 0; j < std::min(k, valid); ++j) topk[size_t(t) * k + j] = perm[size_t(j)];
+    }
+    auto dtop = dev(topk);
+    cuda::AttentionArgs a = attention_args({H, hd, rd, W, layers, layer, ratio, epp, k, max_total, indexed},
+                                           dq.data(), dkv.data(), dwin.data(), dcomp.data(), dsink.data(), dinv.data(),
+                                           dtop.data());
+    a.keys_bf16_nope = true;
+    ASSERT_TRUE(cuda::sparse_attention_mma_fits(H, hd, rd, a.max_keys));
+    const int comp = ratio ? max_total / ratio : 0;
+    auto image = poisoned<uint16_t>(cuda::attention_key_image_elems(T, S, W, comp));
+    for (int splits : {1, cuda::attention_splits(T, H, a.max_keys), 5}) {
+      cuda::DeviceArray<float> part(std::max<size_t>(1, cuda::attention_workspace_floats(T, H, hd, splits)), "p");
+      a.partial = part.data();
+      a.splits = splits;
+      std::vector<float> out[2];
+      for (int with_image : {0, 1}) {
+        auto o = poisoned<float>(size_t(T) * H * hd);
+        a.o = o.data();
+        a.key_image = with_image ? image.data() : nullptr;
+        a.image_comp = with_image ? comp : 0;
+        MOESERVE_CUDA_CHECK(cuda::sparse_attention_mma(b, a, nullptr));
+        out[with_image] = host(o);
+      }
+      expect_same_bits(out[1], out[0], "key image, ratio " + std::to_string(ratio) + " splits " + std::to_string(splits));
+    }
+  }
 }
 
 }  // namespace
