@@ -154,6 +154,15 @@ __device__ __forceinline__ void attend(const Block& k, int hg, int part, int h0)
   const uint32_t vb0 = smem_addr(k.ks + (lane % 8 + 8 * ((lane / 8) % 2)) * kKPitch + 8 * (lane / 16));
   constexpr uint32_t kQTerm = kQPlane * 2, kKRow = kKPitch * 2;
 
+  // With the image (prefill: many tiles a block) the query's first term over the warp's nope dims stays in registers
+  // (28 of them) for every tile: 7 of the tile's 24 query fragment loads (bench_gpu_ops attention-pf: -1.7 % at
+  // 4096 tokens; the second term too gained nothing more).
+  constexpr int kQRegs = kImage ? 1 : 0;
+  uint32_t qn[kQRegs > 0 ? kQRegs : 1][kNopeCols / 16][4];
+#pragma unroll
+  for (int q = 0; q < kQRegs; ++q)
+#pragma unroll
+    for (int di = 0; di < kNopeCols / 16; ++di) ldsm_x4(qa + q * kQTerm + 2 * (lo + 16 * di), qn[q][di]);
   uint32_t phase = 1;  // the first tile's phase (0) was waited for before (without the image)
   for (int tile = k.k0; tile < n; tile += kKeys) {
     uint32_t kb = kb0, vb = vb0;
@@ -178,7 +187,12 @@ __device__ __forceinline__ void attend(const Block& k, int hg, int part, int h0)
 #pragma unroll
       for (int q = 0; q < 3; ++q) {
         uint32_t qf[4];
-        ldsm_x4(qa + q * kQTerm + 2 * (lo + d), qf);
+        if (q < kQRegs) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) qf[e] = qn[q < kQRegs ? q : 0][d / 16][e];
+        } else {
+          ldsm_x4(qa + q * kQTerm + 2 * (lo + d), qf);
+        }
         mma_bf16(sc[0], qf, k0[0], k0[1]);
         mma_bf16(sc[1], qf, k0[2], k0[3]);
         mma_bf16(sc[2], qf, k1[0], k1[1]);
