@@ -748,8 +748,8 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   aa.partial = attn_partial_;
   aa.splits = std::min(attn_splits_max_, cuda::attention_splits(T, H, max_keys));
   aa.keys_bf16_nope = num.kv_fp8;
-  // Prefill-sized steps convert the keys for the tensor-core kernel once into a key image, where that is fewer rows
-  // than the blocks would convert (each of its keys per token and 32 heads) and takes at most 64 MB.
+  // Prefill-sized steps convert the keys for the tensor-core kernel once into a key image, where that is at most an
+  // eighth of the rows the blocks would convert (each of its keys per token and 32 heads) and takes at most 64 MB.
   // MOESERVE_ATTN_KEY_IMAGE=0: never (for A/B runs).
   static const bool key_image_on = [] {
     const char* e = std::getenv("MOESERVE_ATTN_KEY_IMAGE");
