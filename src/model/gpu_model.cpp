@@ -756,7 +756,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     return !e || std::string(e) != "0";
   }();
   const int image_comp = comp ? (p.max_pos + 1) / comp->ratio : 0;
-  const size_t image_rows = size_t(T) + size_t(p.S) * size_t(aa.window - 1 + image_comp);
+  const size_t image_rows = cuda::attention_key_image_rows(T, p.S, aa.window, image_comp);
   const size_t image_bytes = cuda::attention_key_image_elems(T, p.S, aa.window, image_comp) * 2;
   if (key_image_on && num.kv_fp8 && T >= kKeyImageMinT && image_bytes <= (size_t(64) << 20) &&
       8 * image_rows <= size_t(T) * size_t(std::max(1, H / 32)) * size_t(max_keys)) {

@@ -60,18 +60,8 @@ struct TokenKeys {
     const int page = b.page_table[size_t(s) * b.page_ld + e / a.view.epp];
     return 2u << 30 | uint32_t(page * a.view.epp + e % a.view.epp);
   }
-  // Key j's row in a key image (AttentionArgs::key_image, attention_key_image_elems): [0, T) the chunk's kv rows,
-  // then per sequence its window - 1 ring rows before its chunk, then per sequence image_comp compressed entries.
-  __device__ __forceinline__ uint32_t image_row(const BatchDesc& b, const AttentionArgs& a, int j) const {
-    const int ring = a.window - 1;
-    if (j < nwin) {
-      const int kp = pos - nwin + 1 + j;  // >= start - ring: the window reaches ring rows back from the chunk
-      return kp >= start ? uint32_t(begin + kp - start) : uint32_t(b.T + s * ring + kp - (start - ring));
-    }
-    const int c = j - nwin;
-    const int e = a.topk ? a.topk[size_t(t) * a.k + c] : c;
-    return uint32_t(b.T + b.S * ring + s * a.image_comp + e);
-  }
+  // Key j's row in a key image (image_ring_row, image_entry_row below).
+  __device__ __forceinline__ uint32_t image_row(const BatchDesc& b, const AttentionArgs& a, int j) const;
   // The [hd] row of a key code.
   __device__ __forceinline__ static const float* row_of(const AttentionArgs& a, uint32_t code) {
     const float* base = code >> 30 == 0 ? a.kv : code >> 30 == 1 ? a.view.window : a.view.compressed;
@@ -82,5 +72,24 @@ struct TokenKeys {
     return row_of(a, code(b, a, j));
   }
 };
+
+// The key image's rows (AttentionArgs::key_image, attention_key_image_rows): [0, T) the chunk's kv rows (row = the
+// kv row), then per sequence s its window - 1 ring rows before its chunk (ring row i: position start - (window - 1) +
+// i), then per sequence image_comp compressed entries.
+__device__ __forceinline__ uint32_t image_ring_row(const BatchDesc& b, const AttentionArgs& a, int s, int i) {
+  return uint32_t(b.T + s * (a.window - 1) + i);
+}
+__device__ __forceinline__ uint32_t image_entry_row(const BatchDesc& b, const AttentionArgs& a, int s, int e) {
+  return uint32_t(b.T + b.S * (a.window - 1) + s * a.image_comp + e);
+}
+
+__device__ __forceinline__ uint32_t TokenKeys::image_row(const BatchDesc& b, const AttentionArgs& a, int j) const {
+  if (j < nwin) {
+    const int kp = pos - nwin + 1 + j;  // >= start - (window - 1): the window reaches that far back from the chunk
+    return kp >= start ? uint32_t(begin + kp - start) : image_ring_row(b, a, s, kp - (start - (a.window - 1)));
+  }
+  const int c = j - nwin;
+  return image_entry_row(b, a, s, a.topk ? a.topk[size_t(t) * a.k + c] : c);
+}
 
 }  // namespace moeserve::cuda::dev

@@ -459,13 +459,13 @@ __global__ void __launch_bounds__(256) attention_key_image_kernel(const __grid_c
       if (kp < 0) return;
       const size_t ring_row = (size_t(b.seq_slot[s]) * a.view.num_layers + a.view.layer) * a.view.cap + kp % a.view.cap;
       src = a.view.window + ring_row * kHd;
-      row = size_t(b.T) + size_t(s) * ring + i;
+      row = image_ring_row(b, a, s, i);
     } else {
       const int e = i - ring;
       if (a.ratio == 0 || e >= min(a.image_comp, (start + b.seq_count[s]) / a.ratio)) return;
       const int page = b.page_table[size_t(s) * b.page_ld + e / a.view.epp];
       src = a.view.compressed + (size_t(page) * a.view.epp + e % a.view.epp) * kHd;
-      row = size_t(b.T) + size_t(b.S) * ring + size_t(s) * a.image_comp + e;
+      row = image_entry_row(b, a, s, e);
     }
   }
   uint16_t* dst = a.key_image + row * kImageRow;
@@ -482,8 +482,11 @@ __global__ void __launch_bounds__(256) attention_key_image_kernel(const __grid_c
 
 }  // namespace
 
+size_t attention_key_image_rows(int T, int S, int window, int comp) {
+  return size_t(T) + size_t(S) * (std::max(window, 1) - 1) + size_t(S) * std::max(comp, 0);
+}
 size_t attention_key_image_elems(int T, int S, int window, int comp) {
-  return (size_t(T) + size_t(S) * (std::max(window, 1) - 1) + size_t(S) * std::max(comp, 0)) * kImageRow;
+  return attention_key_image_rows(T, S, window, comp) * kImageRow;
 }
 
 bool sparse_attention_mma_fits(int H, int hd, int rope_dim, int max_keys) {
@@ -505,7 +508,8 @@ cudaError_t sparse_attention_mma(const BatchDesc& b, const AttentionArgs& a, cud
   }();
   if (configured != cudaSuccess) return configured;
   if (a.splits < 1 || (a.splits > 1 && !a.partial)) return cudaErrorInvalidValue;
-  if (image && (a.window < 1 || (a.ratio > 0 && (a.image_comp < 0 || !a.view.compressed)))) return cudaErrorInvalidValue;
+  if (image && (a.window < 1 || (a.ratio > 0 && (a.image_comp < 0 || !a.view.compressed))))
+    return cudaErrorInvalidValue;
   // At most a.splits (the workspace's), and no more blocks than one wave at one block per multiprocessor: a second
   // wave costs more than the splits save (T = 64 at the splits attention_splits picks: 167 against 120 us).
   AttentionArgs m = a;

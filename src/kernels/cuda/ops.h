@@ -335,8 +335,9 @@ cudaError_t sparse_attention(const BatchDesc& b, const AttentionArgs& a, cudaStr
 // order differs from sparse_attention. Key splits and their workspace as there (it may take fewer splits than
 // a.splits). Shapes: hd 512, rope_dim 64, H a multiple of 32, at most 2048 keys per token.
 bool sparse_attention_mma_fits(int H, int hd, int rope_dim, int max_keys);
-// bf16 elements of a.key_image for a step of T tokens in S sequences (window W, comp compressed entries per
-// sequence): the chunk's kv rows, each sequence's window-ring rows before its chunk, its compressed entries.
+// Rows and bf16 elements of a.key_image for a step of T tokens in S sequences (window W, comp compressed entries
+// per sequence): the chunk's kv rows, each sequence's window-ring rows before its chunk, its compressed entries.
+size_t attention_key_image_rows(int T, int S, int window, int comp);
 size_t attention_key_image_elems(int T, int S, int window, int comp);
 cudaError_t sparse_attention_mma(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stream);
 
