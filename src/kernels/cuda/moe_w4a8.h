@@ -38,7 +38,7 @@ enum class MoeOutType : int { BF16 = 0, F32 = 1 };
 // Tile configurations (the tuning space). Tokens of one expert form the wgmma N dimension (swap-AB: the
 // dequantized weights are the register A operand, 64 weight rows per consumer warpgroup).
 struct MoeW4A8Config {
-  int block_tokens;      // wgmma N: 8..160
+  int block_tokens;      // tokens per tile: 8..240 (the wgmmas take up to 160 at a time)
   int warpgroups;        // consumer warpgroups per CTA (64 weight rows each)
   int groups_per_stage;  // 128-k groups per pipeline stage
   int stages;
