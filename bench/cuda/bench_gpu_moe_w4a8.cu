@@ -100,6 +100,18 @@ __global__ void fill_bytes_kernel(uint8_t* p, size_t n, uint64_t seed, uint8_t a
 __global__ void fill_float_kernel(float* p, size_t n, float v) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
 }
+// bf16 values uniform in [-2, 2): activations of ordinary magnitude (random bytes would make half of them below
+// 2^-63 and some subnormal, which sends fp32 divisions down their slow path).
+__global__ void fill_bf16_kernel(uint16_t* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float u = float(mix(seed ^ i) >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    p[i] = uint16_t(__float_as_uint(4.0f * u - 2.0f) >> 16);
+  }
+}
+void fill_bf16(uint16_t* p, size_t n, uint64_t seed) {
+  fill_bf16_kernel<<<2048, 256>>>(p, n, seed);
+  CK(cudaGetLastError());
+}
 void fill_bytes(void* p, size_t n, uint64_t seed, uint8_t mask = 0xff) {
   fill_bytes_kernel<<<2048, 256>>>(static_cast<uint8_t*>(p), n, seed, mask);
   CK(cudaGetLastError());
@@ -726,9 +738,9 @@ int main(int argc, char** argv) {
       float* sa = dalloc<float>(size_t(D / 128) * rows);
       float* rw = dalloc<float>(rows);
       float* out = dalloc<float>(size_t(T) * D);
-      fill_bytes(x, size_t(T) * D * 2, 7, 0x3f);
-      fill_bytes(h, size_t(rows) * 2 * I * 2, 8, 0x3f);
-      fill_bytes(y2, size_t(rows) * D * 2, 9, 0x3f);
+      fill_bf16(x, size_t(T) * D, 7);
+      fill_bf16(h, size_t(rows) * 2 * I, 8);
+      fill_bf16(y2, size_t(rows) * D, 9);
       fill_float(rw, rows, 0.5f);
       const int reps = 5;
       float t_route = time_calls([&](int, cudaStream_t st) { CK(cuda::moe_route_rows(dids, T, kTopk, E, 0, counts, ros, sor, ws, wsb, st)); }, 1, reps, stream);
