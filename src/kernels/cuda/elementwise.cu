@@ -341,12 +341,12 @@ __global__ void act_quant_kernel(const float* x, int M, int K, int ldx, uint8_t*
   float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
   amax = warp_max(amax);
   const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
-  uchar4 o;
-  o.x = fp8_bits(v.x / s);
-  o.y = fp8_bits(v.y / s);
-  o.z = fp8_bits(v.z / s);
-  o.w = fp8_bits(v.w / s);
-  *reinterpret_cast<uchar4*>(q + size_t(m) * K + kb * 128 + lane * 4) = o;
+  // s is a power of two: v * (1 / s) is v / s exactly (fp8_round4's reasoning), one division instead of four, and
+  // none of the slow paths a division takes on tiny or subnormal values.
+  const float inv = 1.0f / s;
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v.x * inv, v.y * inv), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v.z * inv, v.w * inv), __NV_SATFINITE, __NV_E4M3);
+  *reinterpret_cast<uint32_t*>(q + size_t(m) * K + kb * 128 + lane * 4) = lo | hi << 16;
   if (lane == 0) scales[size_t(kb) * M + m] = s;
 }
 

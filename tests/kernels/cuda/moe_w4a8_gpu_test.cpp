@@ -513,10 +513,19 @@ TEST(MoeW4A8Gpu, GatherQuantBitExact) {
       const int rows = E * cap, sa_ld = rows + 4;
       std::vector<int> counts(E), ros(T * topk), sor(rows);
       ref::moe_route_rows(ids.data(), T, topk, E, cap, counts.data(), ros.data(), sor.data());
-      const std::vector<uint16_t> x = random_bf16(rng, size_t(T) * D, 3.0f);
+      std::vector<uint16_t> x = random_bf16(rng, size_t(T) * D, 3.0f);
       std::vector<float> xf(x.size());
       std::uniform_real_distribution<float> u(-3.0f, 3.0f);
       for (float& v : xf) v = u(rng) * (rng() % 17 == 0 ? 40.0f : 1.0f);  // some groups with large amax
+      // Extreme groups: token 0's first group one huge value over tiny and subnormal ones (subnormal quotients),
+      // token 1 all subnormal (the amax floor). The quantizer multiplies by 1 / s; these pin that to v / s.
+      for (int c = 0; c < D; ++c) {
+        xf[c] = c == 0 ? 3e30f : c < 128 ? (c % 3 == 0 ? 1e-10f : c % 3 == 1 ? -1e-40f : 1e-38f) : xf[c];
+        xf[size_t(D) + c] = float((c % 7) - 3) * 1e-41f;
+      }
+      std::vector<uint16_t> x_extreme(x);
+      for (int c = 0; c < 2 * D; ++c) x_extreme[c] = uint16_t(f32_to_bits(xf[c]) >> 16);
+      x.swap(x_extreme);
       std::vector<uint8_t> a(size_t(rows) * D, 0x5a);
       std::vector<float> sa(size_t(D / 128) * sa_ld, -1.0f);
       DevBuf<uint16_t> dx(x);
