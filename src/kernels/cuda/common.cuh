@@ -122,11 +122,15 @@ __device__ __forceinline__ float fp8_value(uint8_t b) {
   return __half2float(__half(h));
 }
 __device__ __forceinline__ float fp8_round(float v) { return fp8_value(fp8_bits(v)); }
+// fp8_bits of two values at once (a in the low byte): one conversion instruction for the pair.
+__device__ __forceinline__ uint32_t fp8x2_bits(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+}
 // fp8_round of four values times inv, two at a time. With inv = 1 / s for a power of two s (pow2_scale), v * inv is
 // v / s exactly (the same rounding, where the quotient is subnormal too), without a division per value.
 __device__ __forceinline__ float4 fp8_round4(float4 v, float inv) {
-  const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v.x * inv, v.y * inv), __NV_SATFINITE, __NV_E4M3);
-  const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v.z * inv, v.w * inv), __NV_SATFINITE, __NV_E4M3);
+  const __nv_fp8x2_storage_t lo = __nv_fp8x2_storage_t(fp8x2_bits(v.x * inv, v.y * inv));
+  const __nv_fp8x2_storage_t hi = __nv_fp8x2_storage_t(fp8x2_bits(v.z * inv, v.w * inv));
   const __half2_raw hl = __nv_cvt_fp8x2_to_halfraw2(lo, __NV_E4M3), hh = __nv_cvt_fp8x2_to_halfraw2(hi, __NV_E4M3);
   const float2 a = __half22float2(__half2(hl)), b = __half22float2(__half2(hh));
   return make_float4(a.x, a.y, b.x, b.y);

@@ -344,8 +344,7 @@ __global__ void act_quant_kernel(const float* x, int M, int K, int ldx, uint8_t*
   // s is a power of two: v * (1 / s) is v / s exactly (fp8_round4's reasoning), one division instead of four, and
   // none of the slow paths a division takes on tiny or subnormal values.
   const float inv = 1.0f / s;
-  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v.x * inv, v.y * inv), __NV_SATFINITE, __NV_E4M3);
-  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v.z * inv, v.w * inv), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t lo = fp8x2_bits(v.x * inv, v.y * inv), hi = fp8x2_bits(v.z * inv, v.w * inv);
   *reinterpret_cast<uint32_t*>(q + size_t(m) * K + kb * 128 + lane * 4) = lo | hi << 16;
   if (lane == 0) scales[size_t(kb) * M + m] = s;
 }

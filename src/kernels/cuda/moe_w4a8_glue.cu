@@ -19,20 +19,6 @@ constexpr int kMaxE = 512;
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
 
-// DeepSeek act_quant scale (kernels/cpu/quant.h fp8_pow2_scale): amax floored at 1e-4, times the fp32
-// reciprocal of 448, rounded up to a power of two by its exponent bits.
-__device__ __forceinline__ float act_scale(float amax) {
-  amax = fmaxf(amax, 1e-4f);
-  const uint32_t bits = __float_as_uint(__fmul_rn(amax, 1.0f / 448.0f));
-  const int exponent = int((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0 ? 1 : 0);
-  return __uint_as_float(uint32_t(exponent + 127) << 23);
-}
-
-// Two values -> two e4m3 bytes (a in the low byte), saturating, round to nearest even.
-__device__ __forceinline__ uint32_t e4m3x2(float a, float b) {
-  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-}
-
 // Quantizes 8 values per thread; 16 consecutive threads own one 128-channel group (aligned inside a warp).
 // s is a power of two (or inf), so v * (1 / s) is v / s exactly, rounded once the same way (subnormal quotients
 // included), with one division per thread instead of eight: a division whose operand is tiny or subnormal takes a
@@ -44,10 +30,10 @@ __device__ __forceinline__ void quant8_store(const float (&v)[8], uint8_t* q, fl
   for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
 #pragma unroll
   for (int off = 8; off >= 1; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float s = act_scale(amax);
+  const float s = dev::pow2_scale(amax, dev::kFp8Max, dev::kFp8AmaxFloor);  // DeepSeek's act_quant scale
   const float inv = 1.0f / s;
-  const uint32_t lo = e4m3x2(v[0] * inv, v[1] * inv) | e4m3x2(v[2] * inv, v[3] * inv) << 16;
-  const uint32_t hi = e4m3x2(v[4] * inv, v[5] * inv) | e4m3x2(v[6] * inv, v[7] * inv) << 16;
+  const uint32_t lo = dev::fp8x2_bits(v[0] * inv, v[1] * inv) | dev::fp8x2_bits(v[2] * inv, v[3] * inv) << 16;
+  const uint32_t hi = dev::fp8x2_bits(v[4] * inv, v[5] * inv) | dev::fp8x2_bits(v[6] * inv, v[7] * inv) << 16;
   if (!active) return;
   *reinterpret_cast<uint2*>(q) = make_uint2(lo, hi);
   if (leader) *scale_slot = s;
