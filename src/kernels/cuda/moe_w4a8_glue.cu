@@ -4,6 +4,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
@@ -299,30 +300,40 @@ __global__ void swiglu_quant_kernel(const In* h, int I, const int* slot_of_row, 
 }
 
 // ---- combine (one block per token, 8 channels per thread) ----
+// The token's slots sorted by (expert id, row) in registers (odd-even transposition, compile-time indices; the
+// dynamic indices of an insertion sort put the arrays in local memory), then all its rows loaded before the sum, in
+// that order (the CPU reference's order: bit for bit).
+constexpr int kCombineMaxTopk = 8;
 __global__ void combine_kernel(const uint16_t* y2, int D, const int* row_of_slot, const int* topk_ids, int topk,
                                float* out) {
   dev::pdl_begin();
   const int t = blockIdx.x;
-  int ids[8], rows[8];
-  for (int j = 0; j < topk; ++j) {
-    ids[j] = topk_ids[size_t(t) * topk + j];
-    rows[j] = row_of_slot[size_t(t) * topk + j];
+  int ids[kCombineMaxTopk], rows[kCombineMaxTopk];
+#pragma unroll
+  for (int j = 0; j < kCombineMaxTopk; ++j) {
+    const bool in = j < topk;
+    ids[j] = in ? topk_ids[size_t(t) * topk + j] : INT_MAX;
+    rows[j] = in ? row_of_slot[size_t(t) * topk + j] : -1;
   }
-  for (int j = 1; j < topk; ++j)  // stable insertion sort by expert id
-    for (int i = j; i > 0 && ids[i - 1] > ids[i]; --i) {
-      int ti = ids[i];
-      ids[i] = ids[i - 1];
-      ids[i - 1] = ti;
-      int tr = rows[i];
-      rows[i] = rows[i - 1];
-      rows[i - 1] = tr;
+#pragma unroll
+  for (int round = 0; round < kCombineMaxTopk; ++round)
+#pragma unroll
+    for (int j = round & 1; j + 1 < kCombineMaxTopk; j += 2) {
+      const bool swap = ids[j] > ids[j + 1] || (ids[j] == ids[j + 1] && rows[j] > rows[j + 1]);
+      const int id_lo = swap ? ids[j + 1] : ids[j], id_hi = swap ? ids[j] : ids[j + 1];
+      const int row_lo = swap ? rows[j + 1] : rows[j], row_hi = swap ? rows[j] : rows[j + 1];
+      ids[j] = id_lo, ids[j + 1] = id_hi, rows[j] = row_lo, rows[j + 1] = row_hi;
     }
   const int c = threadIdx.x * 8;
+  uint4 raw[kCombineMaxTopk];
+#pragma unroll
+  for (int j = 0; j < kCombineMaxTopk; ++j)
+    raw[j] = rows[j] >= 0 ? *reinterpret_cast<const uint4*>(y2 + size_t(rows[j]) * D + c) : make_uint4(0, 0, 0, 0);
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int j = 0; j < topk; ++j) {
-    if (rows[j] < 0) continue;
-    const uint4 raw = *reinterpret_cast<const uint4*>(y2 + size_t(rows[j]) * D + c);
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int j = 0; j < kCombineMaxTopk; ++j) {
+    if (rows[j] < 0) continue;  // dropped slots, and the places past topk
+    const uint32_t w[4] = {raw[j].x, raw[j].y, raw[j].z, raw[j].w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       acc[2 * i] += bf16_bits_to_f32(uint16_t(w[i] & 0xffff));
@@ -432,7 +443,7 @@ cudaError_t moe_swiglu_quant_f32(const float* h, int I, const int* slot_of_row, 
 
 cudaError_t moe_combine(const uint16_t* y2, int D, const int* row_of_slot, const int* topk_ids, int T, int topk,
                         float* out, cudaStream_t stream) {
-  if (D % 8 != 0 || D / 8 > 1024 || topk > 8 || T <= 0) return cudaErrorInvalidValue;
+  if (D % 8 != 0 || D / 8 > 1024 || topk > kCombineMaxTopk || T <= 0) return cudaErrorInvalidValue;
   dev::launch(combine_kernel, dim3(T), dim3(D / 8), 0, stream, y2, D, row_of_slot, topk_ids, topk, out);
   return cudaGetLastError();
 }
