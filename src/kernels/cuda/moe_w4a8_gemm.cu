@@ -30,6 +30,7 @@
 #include <cstring>
 #include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/cpu/moe_w4a8_pack.h"
 #include "kernels/cuda/common.cuh"
@@ -117,6 +118,23 @@ __device__ __forceinline__ int expert_of_item(const int* item_start, int E, int 
   return lo;
 }
 
+// The first M of an array's N elements, as an array (a narrower wgmma's accumulators).
+template <int M, int N>
+__device__ __forceinline__ float (&first_of(float (&a)[N]))[M] {
+  static_assert(M <= N, "a prefix");
+  return *reinterpret_cast<float(*)[M]>(&a);
+}
+
+// f(std::integral_constant<int, i>) for i = 0 .. N-1, in order (a loop whose index is a compile-time constant).
+template <int N, class F, int... I>
+__device__ __forceinline__ void unroll_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+__device__ __forceinline__ void unroll(F&& f) {
+  unroll_impl<N>(f, std::make_integer_sequence<int, N>{});
+}
+
 // f(std::integral_constant<int, min(n, N)>) for n >= 1: a count known at run time as a compile-time constant.
 template <int N, class F>
 __device__ __forceinline__ void with_count(int n, F&& f) {
@@ -134,6 +152,11 @@ __device__ __forceinline__ void with_count(int n, F&& f) {
 template <int BN_, int WG_, int G_, int S_, int MINB_, bool PF_ = (BN_ <= 64), int SUB_ = BN_>
 struct Cfg {
   static constexpr int BN = BN_, WG = WG_, G = G_, S = S_, MINB = MINB_, SUB = SUB_, H = BN_ / SUB_;
+  // A tile's last sub-tile is issued kTailStep tokens at a time (its wgmmas as narrow as its tokens need, in steps
+  // of 32 from 96-token sub-tiles up): the tokens an expert's rows leave in its last tile cost their own columns,
+  // not a whole sub-tile's.
+  static constexpr int kTailStep = SUB_ >= 96 ? 32 : SUB_;
+  static constexpr int kTails = SUB_ / kTailStep;
   // Two consumer warpgroups: a whole producer warpgroup, so that setmaxnreg can move registers to the
   // consumers (ptxas budgets a 288-thread block like a 384-thread one anyway). One: a single producer warp.
   static constexpr bool kSetMaxNReg = WG >= 2;
@@ -423,12 +446,13 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   // The thread's first scale address is hidden from the compiler (opaque_u32), so the loads take immediate offsets
   // 32 i and 32 i + 4. Written as sa + 4 (8 i + 2 t4), it was folded to sa + (8 t4 | 32 i), two integer ops per
   // column pair (an OR and an add per i, 32 per group) that the loads' offsets can absorb.
-  // h: the sub-tile (tokens h SUB ..), a constant at every call site.
-  auto promote_scaled = [&](uint32_t sa, float s0, float s1, int h) {
+  // h: the sub-tile (tokens h SUB ..), a constant at every call site; w: its width (SUB, or less for a tile's last).
+  auto promote_scaled = [&](uint32_t sa, float s0, float s1, int h, auto w) {
+    constexpr int W = decltype(w)::value;
     const uint32_t st = opaque_u32(sa + 4 * h * SUB + 8 * t4);
     float* a = acc + h * (SUB / 2);
 #pragma unroll
-    for (int i = 0; i < SUB / 8; ++i) {
+    for (int i = 0; i < W / 8; ++i) {
       const float2 sc = make_float2(lds_f32(st + 32 * i), lds_f32(st + 32 * i + 4));
       a[4 * i + 0] = fmaf(tmp[4 * i + 0], s0 * sc.x, a[4 * i + 0]);
       a[4 * i + 1] = fmaf(tmp[4 * i + 1], s0 * sc.y, a[4 * i + 1]);
@@ -436,19 +460,21 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       a[4 * i + 3] = fmaf(tmp[4 * i + 3], s1 * sc.y, a[4 * i + 3]);
     }
   };
-  auto promote = [&](uint32_t sa, int h) { promote_scaled(sa, 1.0f, 1.0f, h); };
+  auto promote = [&](uint32_t sa, int h, auto w) { promote_scaled(sa, 1.0f, 1.0f, h, w); };
 
   // Issue the group's MMAs. Fast groups: 4 async wgmmas (caller waits and promotes). Wide groups: each
   // 32-block on its own, waited and promoted here.
   // Sub-tile h's tokens start h SUB rows of 128 bytes into the group's activation tile (whole 8-row swizzle atoms).
-  auto issue_group = [&](const GroupRegs& gr, int h, auto may_wide) {
+  auto issue_group = [&](const GroupRegs& gr, int h, auto may_wide, auto w) {
     constexpr bool kMayWide = decltype(may_wide)::value;
+    constexpr int W = decltype(w)::value;
     const uint32_t desc = act_desc_lo(gr) + h * SUB * 8;  // + 2 per k32 step (32 bytes)
     if (!kMayWide || !gr.wide) {
       fence_operands(tmp);
       wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) wgmma::RsFp8<SUB>::mma(tmp, gr.a[ks], sw128_desc(desc + 2 * ks), ks > 0 ? 1 : 0);
+      for (int ks = 0; ks < 4; ++ks)
+        wgmma::RsFp8<W>::mma(first_of<W / 2>(tmp), gr.a[ks], sw128_desc(desc + 2 * ks), ks > 0 ? 1 : 0);
       wgmma_commit();
     } else {
       const uint32_t sa = sa_ptr(gr);
@@ -456,20 +482,20 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       for (int ks = 0; ks < 4; ++ks) {
         fence_operands(tmp);
         wgmma_fence();
-        wgmma::RsFp8<SUB>::mma(tmp, gr.a[ks], sw128_desc(desc + 2 * ks), 0);
+        wgmma::RsFp8<W>::mma(first_of<W / 2>(tmp), gr.a[ks], sw128_desc(desc + 2 * ks), 0);
         wgmma_commit();
         wgmma_wait_all();
         fence_operands(tmp);
-        promote_scaled(sa, pow2_rel((gr.e0 >> (8 * ks)) & 0xff), pow2_rel((gr.e1 >> (8 * ks)) & 0xff), h);
+        promote_scaled(sa, pow2_rel((gr.e0 >> (8 * ks)) & 0xff), pow2_rel((gr.e1 >> (8 * ks)) & 0xff), h, w);
       }
     }
   };
 
-  auto finish_group = [&](const GroupRegs& gr, int h, bool last_sub, auto may_wide) {
+  auto finish_group = [&](const GroupRegs& gr, int h, bool last_sub, auto may_wide, auto w) {
     constexpr bool kMayWide = decltype(may_wide)::value;
     wgmma_wait_all();
     fence_operands(tmp);
-    if (!kMayWide || !gr.wide) promote(sa_ptr(gr), h);
+    if (!kMayWide || !gr.wide) promote(sa_ptr(gr), h, w);
     if (last_sub && gr.gin == G - 1) {  // the stage's last group: activations, scales and weights all read
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty_bar[rel_stage]);
@@ -497,11 +523,18 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
 
-    // The main loop, compiled for items with wide groups and for the (usual) items without, and for each count HA
-    // of sub-tiles that hold tokens (a tile's empty sub-tiles issue nothing; a branch around the wgmmas instead
-    // would let ptxas serialize them).
-    auto main_loop = [&](auto may_wide, auto n_sub) {
-      constexpr int HA = decltype(n_sub)::value;
+    // The main loop, compiled for items with wide groups and for the (usual) items without, for each count HA of
+    // sub-tiles that hold tokens and each width TW of the last of them (a tile's empty sub-tiles issue nothing, its
+    // last issues the columns its tokens need; a branch around the wgmmas instead would let ptxas serialize them).
+    auto main_loop = [&](auto may_wide, auto n_sub, auto tail) {
+      constexpr int HA = decltype(n_sub)::value, TW = decltype(tail)::value;
+      // f(h, width) for the item's sub-tiles in order.
+      auto each_sub = [&](auto&& f) {
+        unroll<HA>([&](auto hc) {
+          constexpr int h = decltype(hc)::value;
+          f(h, std::integral_constant<int, h == HA - 1 ? TW : SUB>{});
+        });
+      };
       if constexpr (C::kPrefetch) {
         // Pairs of groups, so that each group's place in its stage is a constant (NG is even; G is 1 or 2).
         static_assert(G == 1 || G == 2, "pairs of groups");
@@ -509,35 +542,40 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
         // The next group is converted under the first sub-tile's wgmmas.
         load_group(0, 0, flags_row, ga, may_wide);
         for (int gi = 0; gi < NG; gi += 2) {
-#pragma unroll
-          for (int h = 0; h < HA; ++h) {
-            issue_group(ga, h, may_wide);
+          each_sub([&](int h, auto w) {
+            issue_group(ga, h, may_wide, w);
             if (h == 0) load_group(gi + 1, kGinB, flags_row, gb, may_wide);
-            finish_group(ga, h, h == HA - 1, may_wide);
-          }
-#pragma unroll
-          for (int h = 0; h < HA; ++h) {
-            issue_group(gb, h, may_wide);
+            finish_group(ga, h, h == HA - 1, may_wide, w);
+          });
+          each_sub([&](int h, auto w) {
+            issue_group(gb, h, may_wide, w);
             if (h == 0 && gi + 2 < NG) load_group(gi + 2, 0, flags_row, ga, may_wide);
-            finish_group(gb, h, h == HA - 1, may_wide);
-          }
+            finish_group(gb, h, h == HA - 1, may_wide, w);
+          });
         }
       } else {
         for (int gi = 0; gi < NG; ++gi) {
           load_group(gi, gi % G, flags_row, ga, may_wide);
-#pragma unroll
-          for (int h = 0; h < HA; ++h) {
-            issue_group(ga, h, may_wide);
-            finish_group(ga, h, h == HA - 1, may_wide);
-          }
+          each_sub([&](int h, auto w) {
+            issue_group(ga, h, may_wide, w);
+            finish_group(ga, h, h == HA - 1, may_wide, w);
+          });
         }
       }
     };
     bool item_wide = flags_lo != 0;
     for (int w = 1; w < p.flag_words; ++w) item_wide |= flags_row[w] != 0;
-    with_count<H>((m_valid + SUB - 1) / SUB, [&](auto n_sub) {
-      if (item_wide) main_loop(std::true_type{}, n_sub);
-      else main_loop(std::false_type{}, n_sub);
+    const int n_sub = (m_valid + SUB - 1) / SUB;
+    const int tail_steps = (m_valid - (n_sub - 1) * SUB + C::kTailStep - 1) / C::kTailStep;
+    with_count<H>(n_sub, [&](auto ns) {
+      // Wide items (rare: the exact slow path) keep full sub-tiles, so that they add no instantiations per width.
+      if (item_wide) {
+        main_loop(std::true_type{}, ns, std::integral_constant<int, SUB>{});
+      } else {
+        with_count<C::kTails>(tail_steps, [&](auto ts) {
+          main_loop(std::false_type{}, ns, std::integral_constant<int, decltype(ts)::value * C::kTailStep>{});
+        });
+      }
     });
 
     // Epilogue: the rows' 2^(R - 133) (exact). Eight token columns: each thread stores its own values (rows r0 and
