@@ -126,13 +126,13 @@ __device__ __forceinline__ float (&first_of(float (&a)[N]))[M] {
 }
 
 // f(std::integral_constant<int, i>) for i = 0 .. N-1, in order (a loop whose index is a compile-time constant).
-template <int N, class F, int... I>
+template <class F, int... I>
 __device__ __forceinline__ void unroll_impl(F&& f, std::integer_sequence<int, I...>) {
   (f(std::integral_constant<int, I>{}), ...);
 }
 template <int N, class F>
 __device__ __forceinline__ void unroll(F&& f) {
-  unroll_impl<N>(f, std::make_integer_sequence<int, N>{});
+  unroll_impl(f, std::make_integer_sequence<int, N>{});
 }
 
 // f(std::integral_constant<int, min(n, N)>) for n >= 1: a count known at run time as a compile-time constant.
