@@ -123,5 +123,14 @@ inline float max_abs(const std::vector<float>& v) {
   for (float x : v) m = std::max(m, std::fabs(x));
   return m;
 }
+// Extreme inputs for the FP8 activation quantizers (n channels a row): row0's first 128-channel group one huge
+// value over tiny and subnormal ones (subnormal quotients), row1 all subnormal (the amax floor). The quantizers
+// multiply by 1 / s; these pin that to v / s.
+inline void fill_quantizer_extremes(float* row0, float* row1, int n) {
+  for (int c = 0; c < n; ++c) {
+    if (c < 128) row0[c] = c == 0 ? 3e30f : (c % 3 == 0 ? 1e-10f : c % 3 == 1 ? -1e-40f : 1e-38f);
+    row1[c] = float((c % 7) - 3) * 1e-41f;
+  }
+}
 
 }  // namespace moeserve::gputest

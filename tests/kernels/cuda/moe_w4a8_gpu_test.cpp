@@ -28,6 +28,7 @@
 #include "kernels/cpu/moe_w4a8.h"
 #include "kernels/cpu/moe_w4a8_pack.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/gpu_test_util.h"
 #include "kernels/cuda/moe_w4a8.h"
 #include "kernels/cuda/ops.h"
 #include "gpu_skip.h"
@@ -519,12 +520,7 @@ TEST(MoeW4A8Gpu, GatherQuantBitExact) {
       std::vector<float> xf(x.size());
       std::uniform_real_distribution<float> u(-3.0f, 3.0f);
       for (float& v : xf) v = u(rng) * (rng() % 17 == 0 ? 40.0f : 1.0f);  // some groups with large amax
-      // Extreme groups: token 0's first group one huge value over tiny and subnormal ones (subnormal quotients),
-      // token 1 all subnormal (the amax floor). The quantizer multiplies by 1 / s; these pin that to v / s.
-      for (int c = 0; c < D; ++c) {
-        xf[c] = c == 0 ? 3e30f : c < 128 ? (c % 3 == 0 ? 1e-10f : c % 3 == 1 ? -1e-40f : 1e-38f) : xf[c];
-        xf[size_t(D) + c] = float((c % 7) - 3) * 1e-41f;
-      }
+      gputest::fill_quantizer_extremes(xf.data(), xf.data() + D, D);  // tokens 0 and 1
       for (int c = 0; c < 2 * D; ++c) x[c] = uint16_t(f32_to_bits(xf[c]) >> 16);  // the same rows as bf16
       std::vector<uint8_t> a(size_t(rows) * D, 0x5a);
       std::vector<float> sa(size_t(D / 128) * sa_ld, -1.0f);

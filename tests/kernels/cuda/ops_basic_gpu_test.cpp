@@ -304,12 +304,7 @@ TEST(CudaOps, QuantizationSimulationsAreExact) {
   // The FP8 activation quantizer (cuBLASLt layout of the scales).
   const int M = 6, K = 1024;
   auto x = normal(size_t(M) * K, g, 10.0f);
-  // Row 0's first block: one huge value over tiny and subnormal ones (subnormal quotients); row 1 all subnormal
-  // (the amax floor). The quantizer multiplies by 1 / s; these pin that to v / s.
-  for (int k = 0; k < K; ++k) {
-    if (k < 128) x[size_t(k)] = k == 0 ? 3e30f : (k % 3 == 0 ? 1e-10f : k % 3 == 1 ? -1e-40f : 1e-38f);
-    x[size_t(K) + k] = float((k % 7) - 3) * 1e-41f;
-  }
+  fill_quantizer_extremes(x.data(), x.data() + K, K);  // rows 0 and 1
   auto dx = dev(x);
   auto q = poisoned<uint8_t>(size_t(M) * K);
   auto s = poisoned<float>(size_t(M) * (K / 128));
