@@ -32,10 +32,10 @@ __global__ void route_kernel(const float* logits, int T, int E, int K, int func,
   route_token<EPL>(logits + size_t(t) * E, E, K, func, bv, tid2eid ? tid2eid + size_t(token_ids[t]) * K : nullptr,
                    norm_topk, route_scale, sm + warp * E, pick, w);
   if (lane == 0)
-    for (int k = 0; k < K; ++k) {
+    route_for_k<EPL>(K, [&](int k) {
       chosen[size_t(t) * K + k] = pick[k];
       weight[size_t(t) * K + k] = w[k];
-    }
+    });
 }
 
 // Single block: counts, offsets, active groups, rows.

@@ -260,13 +260,13 @@ __global__ void __launch_bounds__(1024)
                           r.tid2eid ? r.tid2eid + size_t(r.token_ids[t]) * r.K : nullptr, r.norm_topk, r.route_scale,
                           scores + warp * r.E, pick, w);
     if (lane == 0)
-      for (int k = 0; k < r.K; ++k) {
+      dev::route_for_k<EPL>(r.K, [&](int k) {
         s_chosen[t * r.K + k] = pick[k];
         if (blockIdx.x == 0) {
           r.chosen[size_t(t) * r.K + k] = pick[k];
           r.weight[size_t(t) * r.K + k] = w[k];
         }
-      }
+      });
   }
   __syncthreads();
   place_gather_quant(s_chosen, S, r.E, x, D, r.K, counts, row_of_slot, slot_of_row, a, sa, sa_ld);

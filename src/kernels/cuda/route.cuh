@@ -30,6 +30,23 @@ __device__ __forceinline__ unsigned route_key(float v) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// f(k) for k = 0 .. K-1 (K <= 8). Up to 8 experts per lane the loop is unrolled to 8 with a break at K, so that
+// arrays indexed by k (a token's picks and weights) stay in registers; indexed by the run-time K they were a
+// 64-byte stack frame. Past 8 per lane (V4-Pro's 384 experts) unrolling spilled under the fused kernel's register
+// budget, so those keep the loop.
+template <int EPL, class F>
+__device__ __forceinline__ void route_for_k(int K, F&& f) {
+  if constexpr (EPL <= 8) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      if (k >= K) break;
+      f(k);
+    }
+  } else {
+    for (int k = 0; k < K; ++k) f(k);
+  }
+}
+
 // bias: this lane's biases (bv[i] for expert lane + 32 i; zeros with a hash table), read by the caller before
 // pdl_wait (a weight). hash_row: the token's K experts from tid2eid, or null. s: E floats of shared memory for
 // this warp. Every lane gets pick[0..K); lane 0 also gets weight[0..K).
@@ -62,10 +79,10 @@ __device__ void route_token(const float* logits, int E, int K, int func, const f
     if (lane + 32 * i < E) s[lane + 32 * i] = sv[i];
   __syncwarp();
   if (hash_row) {
-    for (int k = 0; k < K; ++k) pick[k] = hash_row[k];
+    route_for_k<EPL>(K, [&](int k) { pick[k] = hash_row[k]; });
   } else {
     uint32_t taken = 0;  // bit i: expert lane + 32 i already picked
-    for (int k = 0; k < K; ++k) {
+    route_for_k<EPL>(K, [&](int k) {
       float best = -INFINITY;
       int bi = 0x7fffffff;
 #pragma unroll
@@ -84,16 +101,16 @@ __device__ void route_token(const float* logits, int E, int K, int func, const f
       bi = int(__reduce_min_sync(0xffffffffu, key == top ? unsigned(bi) : 0xffffffffu));
       pick[k] = bi;
       if (bi < E && (bi & 31) == lane) taken |= 1u << (bi >> 5);  // bi stays unset only if no score compares
-    }
+    });
   }
   if (lane == 0) {
     float sum = 0;
-    for (int k = 0; k < K; ++k) sum += (weight[k] = s[pick[k]]);
-    for (int k = 0; k < K; ++k) {
+    route_for_k<EPL>(K, [&](int k) { sum += (weight[k] = s[pick[k]]); });
+    route_for_k<EPL>(K, [&](int k) {
       float v = weight[k];
       if (norm_topk) v /= (sum + 1e-20f);
       weight[k] = v * route_scale;
-    }
+    });
   }
   __syncwarp();  // s is reused by the warp's next token
 }
