@@ -29,7 +29,14 @@ restore_variant() {
   VARIANT_SAVED=""
   for f in $VARIANT_CHANGED; do touch -c "$f"; done
 }
-trap restore_variant EXIT
+# The ablation probes' source edit (build_probe), undone the same way.
+PROBE_FILE=src/kernels/cuda/moe_w4a8_gemm.cu PROBE_SAVED=""
+restore_probe() {
+  [ -n "$PROBE_SAVED" ] || return 0
+  cp "$PROBE_SAVED" "$PROBE_FILE" && touch "$PROBE_FILE" && rm -f "$PROBE_SAVED"
+  PROBE_SAVED=""
+}
+trap 'restore_variant; restore_probe' EXIT
 build_variant() {
   local name=$1 commit=$2 d t
   VARIANT_DIRS=$3
@@ -50,6 +57,17 @@ if [ -n "${BASELINE:-}" ]; then build_variant base "$BASELINE" src "bench_gpu_op
 # scripts/device-ab.sh).
 for v in ${VARIANTS:-}; do
   build_variant "${v%%=*}" "${v#*=}" "src tests bench" "test_gpu bench_gpu_ops bench_gpu_moe_w4a8"
+done
+# PROBES="2 4 7": also bench_gpu_moe_w4a8_pN, its GEMM built with ablation probe N (MOESERVE_W4A8_PROBE in
+# moe_w4a8_gemm.cu: timing only, the outputs are wrong; moe-w4a8.md, forty-second session).
+for n in ${PROBES:-}; do
+  PROBE_SAVED=$(mktemp)
+  cp "$PROBE_FILE" "$PROBE_SAVED"
+  sed -i "s/^#define MOESERVE_W4A8_PROBE 0$/#define MOESERVE_W4A8_PROBE $n/" "$PROBE_FILE"
+  grep -q "^#define MOESERVE_W4A8_PROBE $n$" "$PROBE_FILE"
+  cmake --build "$BUILD" -j"$(nproc)" --target bench_gpu_moe_w4a8
+  cp "$BUILD/bench_gpu_moe_w4a8" ".device-bin/bench_gpu_moe_w4a8_p$n"
+  restore_probe
 done
 pwd > .device-bin/source_dir  # the binaries read fixtures and models/ under the path they were built in
 tar cJf .device-bin.tar.xz -C .device-bin .

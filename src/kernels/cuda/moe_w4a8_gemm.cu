@@ -46,6 +46,19 @@ namespace pack = moeserve::kernels::cpu;
 
 constexpr int kMaxExperts = 512;
 
+// Ablation probes for measuring what bounds the main loop (moe-w4a8.md, forty-first session; built by
+// `PROBES="2 4 7" scripts/device-prepare.sh`): MOESERVE_W4A8_PROBE=BITS leaves out 1 the promotion (scale loads
+// and FMAs; one add per sub-tile keeps the wgmma's result used), 2 the e2m1 -> e4m3 conversion (the raw words go to
+// the wgmmas), 4 the wgmmas (fences, commits and waits stay; the fragments are folded into a word instead), 8 the
+// promotion's token-scale loads (a run-time 1.0 instead). What a probe keeps ends in a sink stored under a
+// condition the compiler cannot rule out, so that ptxas does not delete it as dead code. Bit 1 makes ptxas
+// serialize the prefill configs' wgmmas (C7511, insufficient registers for the wgmma pipeline), so it does not
+// time the promotion alone. Outputs are wrong; timing only.
+#ifndef MOESERVE_W4A8_PROBE
+#define MOESERVE_W4A8_PROBE 0
+#endif
+constexpr int kProbe = MOESERVE_W4A8_PROBE;
+
 using namespace hopper;
 
 // 2^(R - 133) for a row's reference exponent R (the epilogue's row factor: the e4m3 values carry 2^6).
@@ -389,6 +402,12 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
 
   float acc[BN / 2];
   float tmp[SUB / 2];  // one sub-tile's group
+  uint32_t probe_sink = 0;                                          // kProbe only
+  const float probe_one = __uint_as_float(0x3f800000u + (p.E >> 30));  // kProbe only: 1.0 (E < 2^30), not a constant
+  if constexpr ((kProbe & 4) != 0) {
+#pragma unroll
+    for (int i = 0; i < SUB / 2; ++i) tmp[i] = __uint_as_float(lane * 0x01000193u);  // not a constant
+  }
 
   // Load + convert group `gi` of the current item into `gr` (waits for the stage when gi starts a chunk).
   const uint32_t stages_addr = smem_addr(stages);
@@ -417,13 +436,20 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     const uint32_t bhi = gr.wide ? kLutHi0 + 12u * kLutHiStep : kLutHi0;
     const uint32_t mlo = gr.wide ? 0u : 0x800u, mhi = gr.wide ? 0u : 8u;
     const uint32_t words[2][4] = {{q0.x, q0.y, q0.z, q0.w}, {q1.x, q1.y, q1.z, q1.w}};
+    if constexpr (kProbe & 2) {
 #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      const uint32_t w_r0 = words[ks >> 1][(ks & 1) * 2 + 0];
-      const uint32_t w_r1 = words[ks >> 1][(ks & 1) * 2 + 1];
-      const uint32_t x0 = prmt(gr.e0, 0, 0x1111u * ks), x1 = prmt(gr.e1, 0, 0x1111u * ks);
-      e2m1x8_to_e4m3(w_r0, blo + x0 * mlo, bhi + x0 * mhi, gr.a[ks][0], gr.a[ks][2]);
-      e2m1x8_to_e4m3(w_r1, blo + x1 * mlo, bhi + x1 * mhi, gr.a[ks][1], gr.a[ks][3]);
+      for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) gr.a[ks][j] = words[ks >> 1][(ks & 1) * 2 + (j & 1)] ^ (j >> 1);
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const uint32_t w_r0 = words[ks >> 1][(ks & 1) * 2 + 0];
+        const uint32_t w_r1 = words[ks >> 1][(ks & 1) * 2 + 1];
+        const uint32_t x0 = prmt(gr.e0, 0, 0x1111u * ks), x1 = prmt(gr.e1, 0, 0x1111u * ks);
+        e2m1x8_to_e4m3(w_r0, blo + x0 * mlo, bhi + x0 * mhi, gr.a[ks][0], gr.a[ks][2]);
+        e2m1x8_to_e4m3(w_r1, blo + x1 * mlo, bhi + x1 * mhi, gr.a[ks][1], gr.a[ks][3]);
+      }
     }
     if (gin == G - 1) {
       if (++ld_stage == S) {
@@ -449,11 +475,16 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   // h: the sub-tile (tokens h SUB ..), a constant at every call site; w: its width (SUB, or less for a tile's last).
   auto promote_scaled = [&](uint32_t sa, float s0, float s1, int h, auto w) {
     constexpr int W = decltype(w)::value;
+    if constexpr ((kProbe & 1) != 0) {
+      probe_sink += __float_as_uint(tmp[0]);
+      return;
+    }
     const uint32_t st = opaque_u32(sa + 4 * h * SUB + 8 * t4);
     float* a = acc + h * (SUB / 2);
 #pragma unroll
     for (int i = 0; i < W / 8; ++i) {
-      const float2 sc = make_float2(lds_f32(st + 32 * i), lds_f32(st + 32 * i + 4));
+      const float2 sc = (kProbe & 8) != 0 ? make_float2(probe_one, probe_one)
+                                           : make_float2(lds_f32(st + 32 * i), lds_f32(st + 32 * i + 4));
       a[4 * i + 0] = fmaf(tmp[4 * i + 0], s0 * sc.x, a[4 * i + 0]);
       a[4 * i + 1] = fmaf(tmp[4 * i + 1], s0 * sc.y, a[4 * i + 1]);
       a[4 * i + 2] = fmaf(tmp[4 * i + 2], s1 * sc.x, a[4 * i + 2]);
@@ -474,7 +505,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
-        wgmma::RsFp8<W>::mma(first_of<W / 2>(tmp), gr.a[ks], sw128_desc(desc + 2 * ks), ks > 0 ? 1 : 0);
+        if constexpr ((kProbe & 4) == 0)
+          wgmma::RsFp8<W>::mma(first_of<W / 2>(tmp), gr.a[ks], sw128_desc(desc + 2 * ks), ks > 0 ? 1 : 0);
+        else  // the fragments stay used, so that their conversion is still done
+          probe_sink ^= gr.a[ks][0] ^ gr.a[ks][1] ^ gr.a[ks][2] ^ gr.a[ks][3];
       wgmma_commit();
     } else {
       const uint32_t sa = sa_ptr(gr);
@@ -640,6 +674,8 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     }
     __syncwarp();  // the store loops diverge; the next item starts with .aligned wgmma instructions
   }
+  if constexpr (kProbe != 0)
+    if (p.E < 0) static_cast<uint32_t*>(p.y)[threadIdx.x] = probe_sink;  // never true; keeps the sink's work
 }
 
 // ---------------------------------------------------------------------------------------------------------
