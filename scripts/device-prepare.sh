@@ -29,7 +29,7 @@ restore_variant() {
   VARIANT_SAVED=""
   for f in $VARIANT_CHANGED; do touch -c "$f"; done
 }
-# The ablation probes' source edit (build_probe), undone the same way.
+# The PROBES loop's source edit (below), undone the same way on any exit.
 PROBE_FILE=src/kernels/cuda/moe_w4a8_gemm.cu PROBE_SAVED=""
 restore_probe() {
   [ -n "$PROBE_SAVED" ] || return 0
@@ -59,7 +59,7 @@ for v in ${VARIANTS:-}; do
   build_variant "${v%%=*}" "${v#*=}" "src tests bench" "test_gpu bench_gpu_ops bench_gpu_moe_w4a8"
 done
 # PROBES="2 4 7": also bench_gpu_moe_w4a8_pN, its GEMM built with ablation probe N (MOESERVE_W4A8_PROBE in
-# moe_w4a8_gemm.cu: timing only, the outputs are wrong; moe-w4a8.md, forty-second session).
+# moe_w4a8_gemm.cu: timing only, the outputs are wrong; moe-w4a8.md, forty-first session).
 for n in ${PROBES:-}; do
   PROBE_SAVED=$(mktemp)
   cp "$PROBE_FILE" "$PROBE_SAVED"
