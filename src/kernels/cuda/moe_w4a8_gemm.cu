@@ -13,6 +13,8 @@
 //    sa[token] (a power of two, so the product is exact); the epilogue applies the row's 2^(R - 133) once.
 //    Tiles wider than the per-group accumulator allows are taken as sub-tiles of SUB tokens in turn, all from the
 //    same converted fragments.
+//  - 96- and 128-token tiles: three copier warps (the producer warpgroup's others) put each landed stage's token
+//    scales into the consumers' fragment order, so that the promotion loads them 16 bytes at a time.
 //  - Groups whose 64-row block has a block more than 11 exponents below its row's R (flag bit from the
 //    packer) take an exact slower path: each 32-block on its own (v * 2^6), one k32 wgmma, promoted with
 //    2^(e_j - R) * sa.
@@ -187,11 +189,23 @@ struct Cfg {
   static constexpr int kSaPitch = BN + 4;
   static constexpr int kSaBytes = ((G * kSaPitch * 4 + 127) / 128) * 128;
   static constexpr int kWBytes = WG * G * pack::kChunkBytes;
-  static constexpr int kStageBytes = ((kActBytes + kSaBytes + kWBytes + 1023) / 1024) * 1024;
+  // Token scales in fragment order (96- and 128-token tiles): the producer warpgroup's three idle warps copy each
+  // landed stage's token scales into the consumers' fragment order, so that a thread takes the 4 scales of two column
+  // pairs with one 16-byte load (W / 16 loads per sub-tile of W tokens instead of W / 4): 3-5 % faster at 4K-8K
+  // tokens on the H200. Per sub-tile, thread column t4's scales are 4 * (SUB / 16) floats in a row of SUB / 4 + 4
+  // floats (the 4: the four rows start on different banks). With it the 160- and 192-token tiles spilled (204 and 32
+  // bytes) and ran 2-9 % slower, so they keep the per-column loads (moe-w4a8.md, forty-second session).
+  static constexpr bool kFragSa = WG >= 2 && BN >= 96 && BN <= 128;
+  static constexpr int kFsRow = SUB / 4 + 4, kFsSub = 4 * kFsRow, kFsGroup = H * kFsSub;  // floats
+  static constexpr int kFsBytes = kFragSa ? ((G * kFsGroup * 4 + 127) / 128) * 128 : 0;
+  static constexpr int kFsOffset = kActBytes + kSaBytes + kWBytes;
+  static constexpr int kStageBytes = ((kActBytes + kSaBytes + kWBytes + kFsBytes + 1023) / 1024) * 1024;
+  static_assert(!kFragSa || (kFsOffset % 16 == 0 && (kFsRow * 4) % 16 == 0),
+                "16-byte loads of the fragment-order scales");
   static constexpr int kStagePitch = 68;                               // floats per staged token row (64 + 4)
   static constexpr int kStagingBytes = WG * SUB * kStagePitch * 4;  // the epilogue stages one sub-tile at a time
   static constexpr int kSchedBytes = (3 * kMaxExperts + 1) * 4;
-  static constexpr int kBarBytes = 2 * S * 8;
+  static constexpr int kBarBytes = 3 * S * 8;  // full, empty, scales-ready
   static constexpr int kSmemBytes = 1024 /*align slack*/ + S * kStageBytes + kStagingBytes + kBarBytes + kSchedBytes;
   static_assert(SUB % 8 == 0 && SUB <= 160, "wgmma N (the generated wrappers go to 160)");
   static_assert(BN % SUB == 0 && BN + 4 <= 256, "whole sub-tiles; the token scales' TMA box is at most 256 wide");
@@ -222,7 +236,8 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   float* staging = reinterpret_cast<float*>(smem + S * C::kStageBytes);
   uint64_t* full_bar = reinterpret_cast<uint64_t*>(smem + S * C::kStageBytes + C::kStagingBytes);
   uint64_t* empty_bar = full_bar + S;
-  int* item_start = reinterpret_cast<int*>(empty_bar + S);  // [E + 1]
+  uint64_t* fs_bar = empty_bar + S;  // C::kFragSa: the stage's scales in fragment order (each copier thread arrives)
+  int* item_start = reinterpret_cast<int*>(fs_bar + S);  // [E + 1]
   int* row_start = item_start + kMaxExperts + 1;            // [E]
   int* cnt = row_start + kMaxExperts;                       // [E]
 
@@ -237,6 +252,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_sa)) : "memory");
   }
   init_stage_barriers<S>(full_bar, empty_bar, 4 * WG);  // the schedule's __syncthreads publishes them
+  constexpr int kCopiers = 3;  // C::kFragSa: the producer warpgroup's warps 1-3
+  if constexpr (C::kFragSa)
+    if (threadIdx.x == 0)
+      for (int s = 0; s < S; ++s) mbar_init(&fs_bar[s], 32 * kCopiers);
   // Settled counts (MoeW4A8Chain): the schedule and the first stages' weights do not wait for the previous kernel.
   if (!p.counts_settled) dev::pdl_begin();
 
@@ -315,6 +334,37 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     if constexpr (C::kSetMaxNReg) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(C::kProducerRegs));
     if (warp != 4 * WG || lane != 0) {
       if (p.counts_settled) dev::pdl_begin();
+      if constexpr (C::kFragSa) {
+        if (warp == 4 * WG) return;
+        // Copier: after each stage lands, its token scales [G][sa_off + column] into fragment order
+        // [G][h][t4][i / 2][(i % 2) * 2 + j] for column c = h SUB + 8 i + 2 t4 + j.
+        const int ctid = (warp - 4 * WG - 1) * 32 + lane;
+        int stage = 0;
+        uint32_t phase = 0;
+        for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
+          const int e = expert_of_item(item_start, p.E, it);
+          const int ntt = (cnt[e] + BN - 1) / BN;
+          const int tt = (it - item_start[e]) % ntt;
+          const int off = (row_start[e] + tt * BN) & 3;
+          for (int kc = 0; kc < n_chunks; ++kc) {
+            mbar_wait(&full_bar[stage], phase);
+            const float* src = reinterpret_cast<const float*>(stages + stage * C::kStageBytes + C::kActBytes) + off;
+            float* dst = reinterpret_cast<float*>(stages + stage * C::kStageBytes + C::kFsOffset);
+#pragma unroll
+            for (int gin = 0; gin < G; ++gin)
+              for (int c = ctid; c < BN; c += 32 * kCopiers) {
+                const int h = c / SUB, r = c % SUB, i = r / 8, t4 = (r % 8) / 2;
+                dst[gin * C::kFsGroup + h * C::kFsSub + t4 * C::kFsRow + 4 * (i / 2) + 2 * (i % 2) + (r & 1)] =
+                    src[gin * C::kSaPitch + c];
+              }
+            mbar_arrive(&fs_bar[stage]);  // every thread: each releases its own writes
+            if (++stage == S) {
+              stage = 0;
+              phase ^= 1;
+            }
+          }
+        }
+      }
       return;
     }
     int stage = 0;
@@ -418,6 +468,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     constexpr bool kMayWide = decltype(may_wide)::value;
     if (gin == 0) {
       mbar_wait(&full_bar[ld_stage], ld_phase);
+      if constexpr (C::kFragSa) mbar_wait(&fs_bar[ld_stage], ld_phase);
       __syncwarp();  // reconverge after the spin: wgmma is .sync.aligned
     }
     gr.stage = ld_stage;
@@ -463,8 +514,9 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     return sw128_desc_lo(stages_addr + gr.stage * C::kStageBytes + gr.gin * BN * 128);
   };
   int sa_off = 0;  // the current tile's first token inside the 16-byte-aligned scale box
-  auto sa_ptr = [&](const GroupRegs& gr) {  // shared address of the group's first token scale
-    return stages_addr + gr.stage * C::kStageBytes + C::kActBytes + 4 * (gr.gin * C::kSaPitch + sa_off);
+  auto sa_ptr = [&](const GroupRegs& gr) {  // shared address of the group's first token scale (or fragment-order set)
+    if constexpr (C::kFragSa) return stages_addr + gr.stage * C::kStageBytes + C::kFsOffset + 4 * gr.gin * C::kFsGroup;
+    else return stages_addr + gr.stage * C::kStageBytes + C::kActBytes + 4 * (gr.gin * C::kSaPitch + sa_off);
   };
 
   // acc += tmp * s_row * sa[token]: s_row = 2^(e_j - R) for a wide group's block (rows r0, r0 + 8), 1 for fast
@@ -479,8 +531,28 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       probe_sink += __float_as_uint(tmp[0]);
       return;
     }
-    const uint32_t st = opaque_u32(sa + 4 * h * SUB + 8 * t4);
     float* a = acc + h * (SUB / 2);
+    if constexpr (C::kFragSa) {  // sa: the group's fragment-order scales
+      static_assert(W % 16 == 0, "whole quads of scales");
+      const uint32_t st = opaque_u32(sa + 4 * (h * C::kFsSub + t4 * C::kFsRow));
+#pragma unroll
+      for (int i2 = 0; i2 < W / 16; ++i2) {
+        const uint4 q = (kProbe & 8) != 0 ? make_uint4(__float_as_uint(probe_one), __float_as_uint(probe_one),
+                                                       __float_as_uint(probe_one), __float_as_uint(probe_one))
+                                          : lds128(st + 16 * i2);
+        const float sc[4] = {__uint_as_float(q.x), __uint_as_float(q.y), __uint_as_float(q.z), __uint_as_float(q.w)};
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const int i = 2 * i2 + k;
+          a[4 * i + 0] = fmaf(tmp[4 * i + 0], s0 * sc[2 * k], a[4 * i + 0]);
+          a[4 * i + 1] = fmaf(tmp[4 * i + 1], s0 * sc[2 * k + 1], a[4 * i + 1]);
+          a[4 * i + 2] = fmaf(tmp[4 * i + 2], s1 * sc[2 * k], a[4 * i + 2]);
+          a[4 * i + 3] = fmaf(tmp[4 * i + 3], s1 * sc[2 * k + 1], a[4 * i + 3]);
+        }
+      }
+      return;
+    }
+    const uint32_t st = opaque_u32(sa + 4 * h * SUB + 8 * t4);
 #pragma unroll
     for (int i = 0; i < W / 8; ++i) {
       const float2 sc = (kProbe & 8) != 0 ? make_float2(probe_one, probe_one)
