@@ -77,6 +77,9 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   return v;
 }
 __device__ __forceinline__ float lds_f32(uint32_t addr) { return __uint_as_float(lds32(addr)); }
+__device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
 // Thread 0 initializes S full barriers (one arrival: the producer's, plus the TMA bytes) and S empty barriers (one
 // arrival per consumer warp) and fences them for the async proxy; the caller synchronizes the block before any
 // other thread uses them.

@@ -338,25 +338,36 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
         if (warp == 4 * WG) return;
         // Copier: after each stage lands, its token scales [G][sa_off + column] into fragment order
         // [G][h][t4][i / 2][(i % 2) * 2 + j] for column c = h SUB + 8 i + 2 t4 + j.
+        // A thread's columns c = ctid + 96 k are the same in every stage: their byte offsets are computed once.
+        constexpr int kCols = (BN + 32 * kCopiers - 1) / (32 * kCopiers);
         const int ctid = (warp - 4 * WG - 1) * 32 + lane;
+        uint32_t src_col[kCols], dst_col[kCols];
+#pragma unroll
+        for (int k = 0; k < kCols; ++k) {
+          const int c = min(ctid + 32 * kCopiers * k, BN - 1);  // past BN: not copied (the test below)
+          const int h = c / SUB, r = c % SUB, i = r / 8, t4 = (r % 8) / 2;
+          src_col[k] = uint32_t(C::kActBytes + 4 * c);
+          dst_col[k] =
+              uint32_t(C::kFsOffset + 4 * (h * C::kFsSub + t4 * C::kFsRow + 4 * (i / 2) + 2 * (i % 2) + (r & 1)));
+        }
+        const uint32_t stages_base = smem_addr(stages);
         int stage = 0;
         uint32_t phase = 0;
         for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
           const int e = expert_of_item(item_start, p.E, it);
           const int ntt = (cnt[e] + BN - 1) / BN;
           const int tt = (it - item_start[e]) % ntt;
-          const int off = (row_start[e] + tt * BN) & 3;
+          const uint32_t off = 4u * uint32_t((row_start[e] + tt * BN) & 3);
           for (int kc = 0; kc < n_chunks; ++kc) {
             mbar_wait(&full_bar[stage], phase);
-            const float* src = reinterpret_cast<const float*>(stages + stage * C::kStageBytes + C::kActBytes) + off;
-            float* dst = reinterpret_cast<float*>(stages + stage * C::kStageBytes + C::kFsOffset);
+            const uint32_t base = stages_base + uint32_t(stage * C::kStageBytes);
 #pragma unroll
             for (int gin = 0; gin < G; ++gin)
-              for (int c = ctid; c < BN; c += 32 * kCopiers) {
-                const int h = c / SUB, r = c % SUB, i = r / 8, t4 = (r % 8) / 2;
-                dst[gin * C::kFsGroup + h * C::kFsSub + t4 * C::kFsRow + 4 * (i / 2) + 2 * (i % 2) + (r & 1)] =
-                    src[gin * C::kSaPitch + c];
-              }
+#pragma unroll
+              for (int k = 0; k < kCols; ++k)
+                if (ctid + 32 * kCopiers * k < BN)
+                  sts32(base + dst_col[k] + 4 * gin * C::kFsGroup,
+                        lds32(base + src_col[k] + off + 4 * gin * C::kSaPitch));
             mbar_arrive(&fs_bar[stage]);  // every thread: each releases its own writes
             if (++stage == S) {
               stage = 0;
