@@ -191,7 +191,7 @@ struct Cfg {
   static constexpr int kWBytes = WG * G * pack::kChunkBytes;
   // Token scales in fragment order (96- and 128-token tiles): the producer warpgroup's three idle warps copy each
   // landed stage's token scales into the consumers' fragment order, so that a thread takes the 4 scales of two column
-  // pairs with one 16-byte load (W / 16 loads per sub-tile of W tokens instead of W / 4): 3-5 % faster at 4K-8K
+  // pairs with one 16-byte load (W / 16 loads per sub-tile of W tokens instead of W / 4): 3-8 % faster at 4K-16K
   // tokens on the H200. Per sub-tile, thread column t4's scales are 4 * (SUB / 16) floats in a row of SUB / 4 + 4
   // floats (the 4: the four rows start on different banks). With it the 160- and 192-token tiles spilled (204 and 32
   // bytes) and ran 2-9 % slower, so they keep the per-column loads (moe-w4a8.md, forty-second session).
