@@ -252,10 +252,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_sa)) : "memory");
   }
   init_stage_barriers<S>(full_bar, empty_bar, 4 * WG);  // the schedule's __syncthreads publishes them
-  constexpr int kCopiers = 3;  // C::kFragSa: the producer warpgroup's warps 1-3
+  constexpr int kCopiers = 3, kCopierThreads = 32 * kCopiers;  // C::kFragSa: the producer warpgroup's warps 1-3
   if constexpr (C::kFragSa)
     if (threadIdx.x == 0)
-      for (int s = 0; s < S; ++s) mbar_init(&fs_bar[s], 32 * kCopiers);
+      for (int s = 0; s < S; ++s) mbar_init(&fs_bar[s], kCopierThreads);
   // Settled counts (MoeW4A8Chain): the schedule and the first stages' weights do not wait for the previous kernel.
   if (!p.counts_settled) dev::pdl_begin();
 
@@ -338,13 +338,13 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
         if (warp == 4 * WG) return;
         // Copier: after each stage lands, its token scales [G][sa_off + column] into fragment order
         // [G][h][t4][i / 2][(i % 2) * 2 + j] for column c = h SUB + 8 i + 2 t4 + j.
-        // A thread's columns c = ctid + 96 k are the same in every stage: their byte offsets are computed once.
-        constexpr int kCols = (BN + 32 * kCopiers - 1) / (32 * kCopiers);
+        // A thread's columns c = ctid + kCopierThreads k are the same in every stage: their offsets are computed once.
+        constexpr int kCols = (BN + kCopierThreads - 1) / kCopierThreads;
         const int ctid = (warp - 4 * WG - 1) * 32 + lane;
         uint32_t src_col[kCols], dst_col[kCols];
 #pragma unroll
         for (int k = 0; k < kCols; ++k) {
-          const int c = min(ctid + 32 * kCopiers * k, BN - 1);  // past BN: not copied (the test below)
+          const int c = min(ctid + kCopierThreads * k, BN - 1);  // past BN: not copied (the test below)
           const int h = c / SUB, r = c % SUB, i = r / 8, t4 = (r % 8) / 2;
           src_col[k] = uint32_t(C::kActBytes + 4 * c);
           dst_col[k] =
@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
             for (int gin = 0; gin < G; ++gin)
 #pragma unroll
               for (int k = 0; k < kCols; ++k)
-                if (ctid + 32 * kCopiers * k < BN)
+                if (ctid + kCopierThreads * k < BN)
                   sts32(base + dst_col[k] + 4 * gin * C::kFsGroup,
                         lds32(base + src_col[k] + off + 4 * gin * C::kSaPitch));
             mbar_arrive(&fs_bar[stage]);  // every thread: each releases its own writes
@@ -479,6 +479,8 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     constexpr bool kMayWide = decltype(may_wide)::value;
     if (gin == 0) {
       mbar_wait(&full_bar[ld_stage], ld_phase);
+      // The copiers' barrier completes only after the full one, but the TMA's bytes are promised visible to the
+      // threads that wait on the full barrier itself, so the consumers wait on both.
       if constexpr (C::kFragSa) mbar_wait(&fs_bar[ld_stage], ld_phase);
       __syncwarp();  // reconverge after the spin: wgmma is .sync.aligned
     }
