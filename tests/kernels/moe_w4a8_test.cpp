@@ -69,6 +69,7 @@ TEST(MoeW4A8Ref, GroupedGemmHandChecked) {
   sa[0 * sa_ld + 1] = 1.0f;
   sa[1 * sa_ld + 1] = 1.0f;
   const int counts[1] = {2};
+  for (int r = 0; r < 2; ++r) moe_w4a8_order_activations(a.data() + r * K, K);  // (both rows are unchanged by it)
   std::vector<float> y(2 * N, -7.0f);
   moe_grouped_gemm_w4a8(a.data(), sa.data(), sa_ld, w.data(), sw.data(), counts, E, N, K, 0, y.data());
   // row 0, n 0: 128 * 0.5 * 3 + 128 * 2 * 3 = 192 + 768 = 960
@@ -120,10 +121,10 @@ TEST(MoeW4A8Ref, SwigluClampWeightBeforeW2) {
   moe_swiglu_quant(h.data(), I, slot_of_row, 1, weights, 10.0f, true, q.data(), &s, 1);
   // x0 = 0.5 * silu(10) * 10 = 49.9977 -> bf16 50 -> s = 2^-3 -> 400 -> e4m3 384 (tie to even) -> 48 dequantized.
   EXPECT_EQ(s, 0.125f);
-  EXPECT_EQ(fp8_e4m3_to_f32(q[0]) * s, 48.0f);
+  EXPECT_EQ(fp8_e4m3_to_f32(q[moe_w4a8_act_pos(0)]) * s, 48.0f);
   // x1 = 0.5 * silu(-20) * -10 = 1.03e-8 * 20... tiny positive: quantizes to 0 at this scale.
-  EXPECT_EQ(fp8_e4m3_to_f32(q[1]), 0.0f);
-  EXPECT_EQ(q[5], 0);
+  EXPECT_EQ(fp8_e4m3_to_f32(q[moe_w4a8_act_pos(1)]), 0.0f);
+  EXPECT_EQ(q[moe_w4a8_act_pos(5)], 0);
 }
 
 TEST(MoeW4A8Ref, CombineSumsInExpertOrder) {
@@ -157,11 +158,74 @@ TEST(MoeW4A8Ref, GatherQuantMatchesActQuantOfTheToken) {
   std::vector<uint8_t> q(D);
   float s[2];
   act_quant_fp8(xf.data(), D, q.data(), s, 1);
-  for (int d = 0; d < D; ++d) EXPECT_EQ(a[d], q[d]);
+  for (int d = 0; d < D; ++d) EXPECT_EQ(a[moe_w4a8_act_pos(d)], q[d]) << d;
   EXPECT_EQ(sa[0], s[0]);
   EXPECT_EQ(sa[4], s[1]);
   EXPECT_EQ(a[D], 0xAA);    // unused row untouched
   EXPECT_EQ(sa[1], -1.0f);
+}
+
+// The activation channel order is a permutation of each 128-channel group that puts channel 32t + 8ks + 4hh + c at
+// wgmma k position 32ks + 16hh + 4t + c, and moe_w4a8_order_activations stores channel k at moe_w4a8_act_pos(k).
+TEST(MoeW4A8Pack, ActivationOrderPlacesEachChannel) {
+  std::vector<int> seen(128, 0);
+  for (int t = 0; t < 4; ++t)
+    for (int ks = 0; ks < 4; ++ks)
+      for (int hh = 0; hh < 2; ++hh)
+        for (int c = 0; c < 4; ++c) {
+          const int p = moe_w4a8_act_pos(32 * t + 8 * ks + 4 * hh + c);
+          EXPECT_EQ(p, 32 * ks + 16 * hh + 4 * t + c);
+          ++seen[p];
+        }
+  for (int p = 0; p < 128; ++p) EXPECT_EQ(seen[p], 1) << p;
+  const int K = 256;
+  std::vector<uint8_t> row(K);
+  for (int k = 0; k < K; ++k) row[k] = uint8_t(k * 7 + 3);
+  std::vector<uint8_t> ordered = row;
+  moe_w4a8_order_activations(ordered.data(), K);
+  for (int k = 0; k < K; ++k) EXPECT_EQ(ordered[moe_w4a8_act_pos(k)], row[k]) << k;
+  EXPECT_EQ(moe_w4a8_act_pos(128 + 37), 128 + moe_w4a8_act_pos(37));
+}
+
+// The packed words read as the kernel's wgmma A fragments (thread i, word j: row r, k-step ks, positions
+// 32ks + 4t + c and 32ks + 16 + 4t + c) against activations in the channel order give each row's dot product with
+// the activations in natural order; and a thread's values of a row in a group all come from the row's block t.
+TEST(MoeW4A8Pack, FragmentsMatchTheActivationOrder) {
+  std::mt19937 rng(7);
+  const int N = 64, K = 128;
+  std::vector<uint8_t> w(size_t(N) * K / 2), sw(size_t(N) * K / 32, 127);
+  for (auto& b : w) b = uint8_t(rng());
+  std::vector<int> x(K);
+  for (int k = 0; k < K; ++k) x[k] = int(rng() % 9) - 4;
+  std::vector<int> x_ordered(K);
+  for (int k = 0; k < K; ++k) x_ordered[moe_w4a8_act_pos(k)] = x[k];
+  auto code_value2 = [](int code) {  // 2 * e2m1 value (an integer)
+    static const int mag2[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+    return (code & 8 ? -1 : 1) * mag2[code & 7];
+  };
+  std::vector<uint8_t> packed(moe_w4a8_packed_expert_bytes(N, K));
+  std::vector<uint64_t> flags(moe_w4a8_flag_expert_words(N, K));
+  moe_w4a8_pack_expert(w.data(), sw.data(), N, K, packed.data(), flags.data());
+  std::vector<long> got(N, 0), want(N, 0);
+  for (int r = 0; r < N; ++r)
+    for (int k = 0; k < K; ++k) want[r] += long(code_value2((w[r * (K / 2) + k / 2] >> ((k & 1) * 4)) & 0xf)) * x[k];
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 128; ++i)
+      for (int j = 0; j < 4; ++j) {
+        const int r = 16 * (i / 32) + (i % 32) / 4 + 8 * (j % 2), ks = 2 * h + j / 2, t = i % 4;
+        uint32_t word;
+        std::memcpy(&word, packed.data() + h * 2048 + i * 16 + j * 4, 4);
+        for (int c = 0; c < 4; ++c) {
+          const int lo = int(((word >> (4 * c)) & 7) | (((word >> (8 * c + 7)) & 1) << 3));
+          const int hi = int(((word >> (4 * (c + 4))) & 7) | (((word >> (8 * c + 3)) & 1) << 3));
+          got[r] += long(code_value2(lo)) * x_ordered[32 * ks + 4 * t + c];
+          got[r] += long(code_value2(hi)) * x_ordered[32 * ks + 16 + 4 * t + c];
+          // Both positions hold channels of block t.
+          EXPECT_EQ(moe_w4a8_act_pos(32 * t + 8 * ks + c), 32 * ks + 4 * t + c);
+          EXPECT_EQ(moe_w4a8_act_pos(32 * t + 8 * ks + 4 + c), 32 * ks + 16 + 4 * t + c);
+        }
+      }
+  for (int r = 0; r < N; ++r) EXPECT_EQ(got[r], want[r]) << r;
 }
 
 TEST(MoeW4A8Pack, RoundTripAndWideFlags) {
@@ -196,8 +260,9 @@ TEST(MoeW4A8Pack, RoundTripAndWideFlags) {
     }
     EXPECT_EQ(sw2[i], sw[i]) << i;
   }
-  // Position check of one value: row 17, k = 128 + 32*3 + 16 + 4*2 + 1 (a "hi" value of quad t = 2).
-  const int r = 17, k = 128 + 96 + 16 + 9;
+  // Position check of one value: a "hi" value (c = 1) of quad t = 2 at k-step 3 of group 1, row 17, which holds
+  // channel 32t + 8ks + 4 + c of the group (the activation channel order).
+  const int r = 17, k = 128 + 32 * 2 + 8 * 3 + 4 + 1;
   const uint8_t want = (w[r * (K / 2) + k / 2] >> ((k & 1) * 4)) & 0xf;
   // thread i: warp 1 (rows 16..31), lane = 4 * (r - 16 - 0) + t  with r0 = 17 -> g8 = 1; t = 2; ks = 3 -> h = 1, j = 2
   const int i = 32 + 4 * 1 + 2, h = 1, j = 2;

@@ -7,6 +7,7 @@
 
 #include "core/dtype.h"
 #include "core/threads.h"
+#include "kernels/cpu/moe_w4a8_pack.h"
 #include "kernels/cpu/quant.h"
 
 namespace moeserve::kernels::cpu {
@@ -50,7 +51,7 @@ void moe_grouped_gemm_w4a8(const uint8_t* a, const float* sa, int sa_ld, const u
     for (int m = 0; m < m_count; ++m) {
       const int64_t row = start[e] + m;
       for (int k = 0; k < K; ++k)
-        as[size_t(m) * K + k] = fp8_e4m3_to_f32(a[row * K + k]) * sa[size_t(k / 128) * sa_ld + row];
+        as[size_t(m) * K + k] = fp8_e4m3_to_f32(a[row * K + moe_w4a8_act_pos(k)]) * sa[size_t(k / 128) * sa_ld + row];
     }
     ws.assign(size_t(N) * K, 0.0f);
     const uint8_t* we = w + size_t(e) * N * (K / 2);
@@ -119,6 +120,7 @@ void gather_quant(const In* x, int D, const int* slot_of_row, int rows, int topk
       const In* xr = x + size_t(s / topk) * D;
       for (int d = 0; d < D; ++d) xf[d] = to_f32(xr[d]);
       act_quant_fp8(xf.data(), D, a + r * D, sa + r, sa_ld);
+      moe_w4a8_order_activations(a + r * D, D);
     }
   });
 }
@@ -140,6 +142,7 @@ void swiglu_quant(const In* h, int I, const int* slot_of_row, int rows, const fl
         xf[i] = round_bf16 ? round_to_bf16(x) : x;
       }
       act_quant_fp8(xf.data(), I, a2 + r * I, sa2 + r, sa_ld);
+      moe_w4a8_order_activations(a2 + r * I, I);
     }
   });
 }

@@ -11,7 +11,9 @@
 //     cap are dropped: their row is -1); rows past counts[e] are never read meaningfully nor written.
 // Within an expert, rows follow slot order (slot = token * topk + j), so the layout is deterministic.
 //
-// Activations: FP8 e4m3 [rows][K] with one fp32 scale per (row, 128 channels), stored group-major:
+// Activations: FP8 e4m3 [rows][K], each row's 128-channel groups in the W4A8 activation channel order
+// (kernels/cpu/moe_w4a8_pack.h: moe_w4a8_act_pos gives channel k's byte; the GEMM's weights are packed to match),
+// with one fp32 scale per (row, 128 channels), stored group-major:
 //   sa[(k / 128) * sa_ld + row] (sa_ld >= rows, a multiple of 4: the layout the GPU GEMM loads with TMA).
 // Scales are powers of two (DeepSeek act_quant with scale_fmt=ue8m0, kernels/cpu/quant.h fp8_pow2_scale):
 // s = 2^ceil(log2(max(amax, 1e-4) * fp32(1/448))) from the exponent bits, q = e4m3(clamp(x / s, +-448)).
@@ -20,12 +22,13 @@
 
 namespace moeserve::kernels::cpu {
 
-// Per-128 power-of-two FP8 quantization of n values (n % 128 == 0): q[n], scales[n / 128] (strided by
-// scale_stride). The scale of one group: `act_quant_scale(amax)`.
+// Per-128 power-of-two FP8 quantization of n values (n % 128 == 0): q[n] in natural channel order (the W4A8
+// ops below store their rows through moe_w4a8_order_activations), scales[n / 128] (strided by scale_stride). The
+// scale of one group: `act_quant_scale(amax)`.
 float act_quant_scale(float amax);
 void act_quant_fp8(const float* x, int n, uint8_t* q, float* scales, int scale_stride);
 
-// y[row][n] = sum_k (e4m3(a[row][k]) * sa[k/128][row]) * (e2m1(w[e][n][k]) * e8m0(sw[e][n][k/32])), for
+// y[row][n] = sum_k (e4m3(a[row][act_pos(k)]) * sa[k/128][row]) * (e2m1(w[e][n][k]) * e8m0(sw[e][n][k/32])), for
 // every row of every expert, in fp32, k ascending. w: [E][N][K/2] (low nibble = even k), sw: [E][N][K/32].
 // cap == 0: contiguous layout; cap > 0: masked layout. Rows outside the experts' ranges are not written.
 void moe_grouped_gemm_w4a8(const uint8_t* a, const float* sa, int sa_ld, const uint8_t* w, const uint8_t* sw,

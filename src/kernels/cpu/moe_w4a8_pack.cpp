@@ -24,6 +24,15 @@ inline size_t word_offset(int h, int i, int j) { return size_t(h) * 2048 + size_
 
 }  // namespace
 
+void moe_w4a8_order_activations(uint8_t* row, int K) {
+  uint8_t group[kPackK];
+  for (int g = 0; g < K / kPackK; ++g) {
+    uint8_t* src = row + size_t(g) * kPackK;
+    for (int q = 0; q < kPackK / 4; ++q) std::memcpy(group + 4 * moe_w4a8_act_word(q), src + 4 * q, 4);
+    std::memcpy(src, group, kPackK);
+  }
+}
+
 bool moe_w4a8_pack_shape_ok(int N, int K) { return N > 0 && K > 0 && N % kPackRows == 0 && K % kPackK == 0; }
 
 namespace {
@@ -59,10 +68,10 @@ int64_t moe_w4a8_pack_expert(const uint8_t* weight, const uint8_t* scale, int N,
             int r, ks, t;
             word_coords(h, i, j, &r, &ks, &t);
             const uint8_t* wrow = weight + size_t(nb * kPackRows + r) * (K / 2);
-            int k0 = g * kPackK + 32 * ks + 4 * t;
+            const int k0 = g * kPackK + 32 * t + 8 * ks;  // block t of the group (activation channel order)
             uint32_t word = 0;
             for (int c = 0; c < 4; ++c) {
-              uint8_t lo = nibble_at(wrow, k0 + c), hi = nibble_at(wrow, k0 + 16 + c);
+              uint8_t lo = nibble_at(wrow, k0 + c), hi = nibble_at(wrow, k0 + 4 + c);
               word |= uint32_t(lo & 7) << (4 * c);
               word |= uint32_t(hi & 7) << (4 * (c + 4));
               word |= uint32_t(lo >> 3) << (8 * c + 7);
@@ -103,12 +112,12 @@ void moe_w4a8_unpack_expert(const uint8_t* packed, int N, int K, uint8_t* weight
             uint32_t word;
             std::memcpy(&word, chunk + word_offset(h, i, j), 4);
             uint8_t* wrow = weight + size_t(nb * kPackRows + r) * (K / 2);
-            int k0 = g * kPackK + 32 * ks + 4 * t;
+            const int k0 = g * kPackK + 32 * t + 8 * ks;
             for (int c = 0; c < 4; ++c) {
               uint8_t lo = uint8_t(((word >> (4 * c)) & 7) | (((word >> (8 * c + 7)) & 1) << 3));
               uint8_t hi = uint8_t(((word >> (4 * (c + 4))) & 7) | (((word >> (8 * c + 3)) & 1) << 3));
               set_nibble(wrow, k0 + c, lo);
-              set_nibble(wrow, k0 + 16 + c, hi);
+              set_nibble(wrow, k0 + 4 + c, hi);
             }
           }
       const uint8_t* ref = packed + moe_w4a8_row_ref_offset(N, K);

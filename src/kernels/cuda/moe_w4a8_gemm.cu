@@ -8,7 +8,9 @@
 //  - Each consumer warpgroup turns its 64x128 MXFP4 chunk into four wgmma A fragments in registers:
 //    e2m1 -> e4m3 by a byte permute through an 8-entry table per (row, 32-block). The packer stores each
 //    block's exponent relative to its row's reference R (u = e - R + 12, in [1, 12] on the fast path), so the
-//    table is base + u * step and values become v * 2^(u - 6), exact in e4m3. Four m64nBNk32 wgmmas accumulate
+//    table is base + u * step and values become v * 2^(u - 6), exact in e4m3. The activations' channel order
+//    (moe_w4a8_pack.h) gives each thread the values of one block per row (block t4), so one table per row and
+//    group serves all four k-steps. Four m64nBNk32 wgmmas accumulate
 //    the group in fp32 (tensor-core precision), then the group is promoted into the fp32 accumulator with
 //    sa[token] (a power of two, so the product is exact); the epilogue applies the row's 2^(R - 133) once.
 //    Tiles wider than the per-group accumulator allows are taken as sub-tiles of SUB tokens in turn, all from the
@@ -16,8 +18,8 @@
 //  - 96- and 128-token tiles: three copier warps (the producer warpgroup's others) put each landed stage's token
 //    scales into the consumers' fragment order, so that the promotion loads them 16 bytes at a time.
 //  - Groups whose 64-row block has a block more than 11 exponents below its row's R (flag bit from the
-//    packer) take an exact slower path: each 32-block on its own (v * 2^6), one k32 wgmma, promoted with
-//    2^(e_j - R) * sa.
+//    packer) take an exact slower path: each 32-block j on its own (v * 2^6 from the threads that hold block j,
+//    zeros from the others), four k32 wgmmas, promoted with 2^(e_j - R) * sa.
 //  - Persistent grid: CTAs walk the (expert, weight tile, token tile) list computed from the device counts,
 //    so the launch shape never depends on the routing (graph capturable).
 //  - In a decode chain (MoeW4A8Chain) the producer asks L2 for the next GEMM's first stages of its rows once its
@@ -220,7 +222,6 @@ struct Cfg {
 // Per-group state carried from conversion to promotion.
 struct GroupRegs {
   uint32_t a[4][4];  // A fragments of the 4 k-steps
-  uint32_t e0, e1;   // the 4 relative exponents u of rows r0, r0+8
   uint32_t stage, gin;
   bool wide;
 };
@@ -470,8 +471,33 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     for (int i = 0; i < SUB / 2; ++i) tmp[i] = __uint_as_float(lane * 0x01000193u);  // not a constant
   }
 
-  // Load + convert group `gi` of the current item into `gr` (waits for the stage when gi starts a chunk).
   const uint32_t stages_addr = smem_addr(stages);
+  // Shared address of this warpgroup's packed chunk of a group.
+  auto chunk_addr = [&](const GroupRegs& gr) {
+    return stages_addr + gr.stage * C::kStageBytes + C::kActBytes + C::kSaBytes + (wg * G + gr.gin) * pack::kChunkBytes;
+  };
+  // The chunk's e2m1 words of this thread -> its A fragments, through the tables {lo0, hi0} (row r0) and {lo1, hi1}
+  // (row r0 + 8).
+  auto convert_group = [&](uint32_t chunk, uint32_t lo0, uint32_t hi0, uint32_t lo1, uint32_t hi1,
+                           uint32_t (&a)[4][4]) {
+    const uint4 q0 = lds128(chunk + tid * 16);
+    const uint4 q1 = lds128(chunk + 2048 + tid * 16);
+    const uint32_t words[2][4] = {{q0.x, q0.y, q0.z, q0.w}, {q1.x, q1.y, q1.z, q1.w}};
+    if constexpr (kProbe & 2) {
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) a[ks][j] = words[ks >> 1][(ks & 1) * 2 + (j & 1)] ^ (j >> 1) ^ lo0 ^ hi1;
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        e2m1x8_to_e4m3(words[ks >> 1][(ks & 1) * 2 + 0], lo0, hi0, a[ks][0], a[ks][2]);
+        e2m1x8_to_e4m3(words[ks >> 1][(ks & 1) * 2 + 1], lo1, hi1, a[ks][1], a[ks][3]);
+      }
+    }
+  };
+
+  // Load + convert group `gi` of the current item into `gr` (waits for the stage when gi starts a chunk).
   uint64_t flags_lo = 0;  // the current item's flags of groups 0..63 (K <= 8192 needs no other word)
   // gin: the group's index in its stage (gi % G), a constant at every call site. kMayWide: the item has wide
   // groups (else the flag test, the table selects and the slow path compile away).
@@ -487,34 +513,13 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     gr.stage = ld_stage;
     gr.gin = gin;
     gr.wide = kMayWide && (((gi < 64 ? flags_lo : flags_row[gi >> 6]) >> (gi & 63)) & 1);
-    const uint32_t chunk = stages_addr + ld_stage * C::kStageBytes + C::kActBytes + C::kSaBytes +
-                           (wg * G + gin) * pack::kChunkBytes;
-    const uint4 q0 = lds128(chunk + tid * 16);
-    const uint4 q1 = lds128(chunk + 2048 + tid * 16);
-    gr.e0 = lds32(chunk + pack::kChunkWeightBytes + 4 * r0);
-    gr.e1 = lds32(chunk + pack::kChunkWeightBytes + 4 * (r0 + 8));
-    // Table of block j: base + u_j * step, with u_j replicated into all four bytes by one byte permute
-    // (rep = u_j * 0x01010101: rep * 8 = u_j * kLutHiStep, rep * 0x800 = u_j * kLutLoStep mod 2^32). Wide
-    // groups: every block with u = 12 (its own exponent), scaled at promotion.
-    const uint32_t blo = gr.wide ? kLutLo0 + 12u * kLutLoStep : kLutLo0;
-    const uint32_t bhi = gr.wide ? kLutHi0 + 12u * kLutHiStep : kLutHi0;
-    const uint32_t mlo = gr.wide ? 0u : 0x800u, mhi = gr.wide ? 0u : 8u;
-    const uint32_t words[2][4] = {{q0.x, q0.y, q0.z, q0.w}, {q1.x, q1.y, q1.z, q1.w}};
-    if constexpr (kProbe & 2) {
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) gr.a[ks][j] = words[ks >> 1][(ks & 1) * 2 + (j & 1)] ^ (j >> 1);
-    } else {
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const uint32_t w_r0 = words[ks >> 1][(ks & 1) * 2 + 0];
-        const uint32_t w_r1 = words[ks >> 1][(ks & 1) * 2 + 1];
-        const uint32_t x0 = prmt(gr.e0, 0, 0x1111u * ks), x1 = prmt(gr.e1, 0, 0x1111u * ks);
-        e2m1x8_to_e4m3(w_r0, blo + x0 * mlo, bhi + x0 * mhi, gr.a[ks][0], gr.a[ks][2]);
-        e2m1x8_to_e4m3(w_r1, blo + x1 * mlo, bhi + x1 * mhi, gr.a[ks][1], gr.a[ks][3]);
-      }
-    }
+    const uint32_t chunk = chunk_addr(gr);
+    // The thread's values of rows r0 and r0 + 8 all come from block t4 (the activation channel order): one table
+    // each, base + u * step. (Wide groups convert again, block by block, in issue_group; this result goes unused.)
+    const uint32_t u0 = lds_u8(chunk + pack::kChunkWeightBytes + 4 * r0 + t4);
+    const uint32_t u1 = lds_u8(chunk + pack::kChunkWeightBytes + 4 * (r0 + 8) + t4);
+    convert_group(chunk, kLutLo0 + u0 * kLutLoStep, kLutHi0 + u0 * kLutHiStep, kLutLo0 + u1 * kLutLoStep,
+                  kLutHi0 + u1 * kLutHiStep, gr.a);
     if (gin == G - 1) {
       if (++ld_stage == S) {
         ld_stage = 0;
@@ -579,9 +584,9 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   auto promote = [&](uint32_t sa, int h, auto w) { promote_scaled(sa, 1.0f, 1.0f, h, w); };
 
   // Issue the group's MMAs. Fast groups: 4 async wgmmas (caller waits and promotes). Wide groups: each
-  // 32-block on its own, waited and promoted here.
+  // 32-block on its own (converted again into gr.a), waited and promoted here.
   // Sub-tile h's tokens start h SUB rows of 128 bytes into the group's activation tile (whole 8-row swizzle atoms).
-  auto issue_group = [&](const GroupRegs& gr, int h, auto may_wide, auto w) {
+  auto issue_group = [&](GroupRegs& gr, int h, auto may_wide, auto w) {
     constexpr bool kMayWide = decltype(may_wide)::value;
     constexpr int W = decltype(w)::value;
     const uint32_t desc = act_desc_lo(gr) + h * SUB * 8;  // + 2 per k32 step (32 bytes)
@@ -596,16 +601,23 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
           probe_sink ^= gr.a[ks][0] ^ gr.a[ks][1] ^ gr.a[ks][2] ^ gr.a[ks][3];
       wgmma_commit();
     } else {
-      const uint32_t sa = sa_ptr(gr);
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
+      // Block j at a time: the threads holding it (t4 == j) convert with u = 12, the others give zeros (-0.0), and
+      // the group's four k-steps accumulate block j alone, promoted with its 2^(e_j - R). The fragments are
+      // converted again for each block (the group's other sub-tiles convert them again too).
+#pragma unroll 1
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t lo = t4 == j ? kLutLo0 + 12u * kLutLoStep : 0u, hi = t4 == j ? kLutHi0 + 12u * kLutHiStep : 0u;
+        convert_group(chunk_addr(gr), lo, hi, lo, hi, gr.a);
         fence_operands(tmp);
         wgmma_fence();
-        wgmma::RsFp8<W>::mma(first_of<W / 2>(tmp), gr.a[ks], sw128_desc(desc + 2 * ks), 0);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+          wgmma::RsFp8<W>::mma(first_of<W / 2>(tmp), gr.a[ks], sw128_desc(desc + 2 * ks), ks > 0 ? 1 : 0);
         wgmma_commit();
         wgmma_wait_all();
         fence_operands(tmp);
-        promote_scaled(sa, pow2_rel((gr.e0 >> (8 * ks)) & 0xff), pow2_rel((gr.e1 >> (8 * ks)) & 0xff), h, w);
+        const uint32_t scales = chunk_addr(gr) + pack::kChunkWeightBytes + j;
+        promote_scaled(sa_ptr(gr), pow2_rel(lds_u8(scales + 4 * r0)), pow2_rel(lds_u8(scales + 4 * (r0 + 8))), h, w);
       }
     }
   };

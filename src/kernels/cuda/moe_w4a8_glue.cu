@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "kernels/cpu/moe_w4a8_pack.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_w4a8.h"
 #include "kernels/cuda/route.cuh"
@@ -20,12 +21,13 @@ constexpr int kMaxE = 512;
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
 
-// Quantizes 8 values per thread; 16 consecutive threads own one 128-channel group (aligned inside a warp).
-// s is a power of two (or inf), so v * (1 / s) is v / s exactly, rounded once the same way (subnormal quotients
-// included), with one division per thread instead of eight: a division whose operand is tiny or subnormal takes a
-// slow path that diverges the warp.
-__device__ __forceinline__ void quant8_store(const float (&v)[8], uint8_t* q, float* scale_slot, bool leader,
-                                             bool active) {
+// Quantizes 8 values per thread, channels c..c+7 of the row q_row; 16 consecutive threads own one 128-channel
+// group (aligned inside a warp). The two 4-byte words go to their places in the W4A8 activation channel order
+// (kernels/cpu/moe_w4a8_pack.h). s is a power of two (or inf), so v * (1 / s) is v / s exactly, rounded once the
+// same way (subnormal quotients included), with one division per thread instead of eight: a division whose operand
+// is tiny or subnormal takes a slow path that diverges the warp.
+__device__ __forceinline__ void quant8_store(const float (&v)[8], uint8_t* q_row, int c, float* scale_slot,
+                                             bool leader, bool active) {
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
@@ -36,7 +38,11 @@ __device__ __forceinline__ void quant8_store(const float (&v)[8], uint8_t* q, fl
   const uint32_t lo = dev::fp8x2_bits(v[0] * inv, v[1] * inv) | dev::fp8x2_bits(v[2] * inv, v[3] * inv) << 16;
   const uint32_t hi = dev::fp8x2_bits(v[4] * inv, v[5] * inv) | dev::fp8x2_bits(v[6] * inv, v[7] * inv) << 16;
   if (!active) return;
-  *reinterpret_cast<uint2*>(q) = make_uint2(lo, hi);
+  namespace pack = moeserve::kernels::cpu;
+  uint32_t* group = reinterpret_cast<uint32_t*>(q_row + (c & ~127));
+  const int word = (c & 127) / 4;
+  group[pack::moe_w4a8_act_word(word)] = lo;
+  group[pack::moe_w4a8_act_word(word + 1)] = hi;
   if (leader) *scale_slot = s;
 }
 
@@ -196,7 +202,7 @@ __device__ __forceinline__ void gather_quant_row(const In* x, int D, int slot, i
   const bool active = c < D;
   float v[8];
   load8(x + size_t(slot / topk) * D + c, active, v);
-  quant8_store(v, a + size_t(row) * D + c, sa + size_t(c / 128) * sa_ld + row, (threadIdx.x % 16) == 0, active);
+  quant8_store(v, a + size_t(row) * D, c, sa + size_t(c / 128) * sa_ld + row, (threadIdx.x % 16) == 0, active);
 }
 
 template <class In>
@@ -296,7 +302,7 @@ __global__ void swiglu_quant_kernel(const In* h, int I, const int* slot_of_row, 
     xv = rw * xv;
     v[i] = round_bf16 ? __bfloat162float(__float2bfloat16_rn(xv)) : xv;
   }
-  quant8_store(v, a2 + size_t(row) * I + c, sa2 + size_t(c / 128) * sa_ld + row, (threadIdx.x % 16) == 0, active);
+  quant8_store(v, a2 + size_t(row) * I, c, sa2 + size_t(c / 128) * sa_ld + row, (threadIdx.x % 16) == 0, active);
 }
 
 // ---- combine (one block per token, 8 channels per thread) ----

@@ -5,7 +5,9 @@
 //  - GPU: Hopper's FP8 wgmma adds the 32 products of a k32 step and the incoming accumulator in one fused
 //    node: every term is aligned to the largest exponent and truncated to 13 fractional bits, and the result
 //    is truncated to 14 significant bits (MMA-Sim, arXiv:2511.10909; DeepSeek-V3 report 3.3.2 on Hopper's
-//    ~14-bit FP8 accumulation). So a step adds at most 33 * 2^-13 * max(|acc|, max|product|) + 2^-13 * |result|.
+//    ~14-bit FP8 accumulation). So a step adds at most 33 * 2^-13 * max(|acc|, max|product|) + 2^-13 * |result|
+//    (9 instead of 33 on the wide path, whose steps hold 8 nonzero products). Which channels a k-step adds follows
+//    the activation channel order (kernels/cpu/moe_w4a8_pack.h), as in gemm_bounds.
 //    Each 128-k group is then promoted into fp32 with one FMA (2^-24 * |running sum|). The products themselves
 //    are exact: the kernel's e4m3 weights are the MXFP4 values times powers of two, represented exactly.
 //  - CPU reference: sequential fp32 sum over k of exact products: at most 2^-24 * sum_k |partial sum|.
@@ -118,7 +120,8 @@ Experts make_experts(std::mt19937& rng, int E, int N, int K, double wide_fractio
   return x;
 }
 
-// FP8 rows as act_quant makes them: each row with its own magnitude and a few outlier channels.
+// FP8 rows as act_quant makes them: each row with its own magnitude and a few outlier channels, stored in the W4A8
+// activation channel order (as the glue kernels store them).
 void quantize_rows(std::mt19937& rng, int rows, int K, std::vector<uint8_t>& a, std::vector<float>& sa, int sa_ld,
                    const std::vector<char>& live) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -133,6 +136,7 @@ void quantize_rows(std::mt19937& rng, int rows, int K, std::vector<uint8_t>& a, 
     const float mag = std::ldexp(1.0f, int(rng() % 12) - 6);
     for (int k = 0; k < K; ++k) x[k] = nd(rng) * mag * (rng() % 97 == 0 ? 30.0f : 1.0f);
     ref::act_quant_fp8(x.data(), K, q.data(), s.data(), 1);
+    ref::moe_w4a8_order_activations(q.data(), K);
     std::copy(q.begin(), q.end(), a.begin() + size_t(r) * K);
     for (int g = 0; g < K / 128; ++g) sa[size_t(g) * sa_ld + r] = s[g];
   }
@@ -157,7 +161,8 @@ std::vector<Bound> gemm_bounds(const Experts& x, const std::vector<uint8_t>& a, 
     as.assign(size_t(m_count) * K, 0);
     for (int m = 0; m < m_count; ++m)
       for (int k = 0; k < K; ++k)
-        as[size_t(m) * K + k] = fp8_e4m3_to_f32(a[(start + m) * K + k]) * sa[size_t(k / 128) * sa_ld + start + m];
+        as[size_t(m) * K + k] =
+            fp8_e4m3_to_f32(a[(start + m) * K + ref::moe_w4a8_act_pos(k)]) * sa[size_t(k / 128) * sa_ld + start + m];
     ws.assign(size_t(N) * K, 0);
     parallel_for(N, 64, [&](int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n)
@@ -172,33 +177,48 @@ std::vector<Bound> gemm_bounds(const Experts& x, const std::vector<uint8_t>& a, 
         const float* wr = ws.data() + size_t(n) * K;
         for (int m = 0; m < m_count; ++m) {
           const float* ar = as.data() + size_t(m) * K;
-          double main = 0, gpu_err = 0, ref_abs = 0;
-          for (int g = 0; g < K / 128; ++g) {
-            const bool wide = x.wide(e, int(n), g);
-            double c = 0, err_g = 0;
+          double main = 0, gpu_err = 0, ref_abs = 0, ref_run = 0;
+          // A wgmma k-step ks of group g adds the group's channels 32t + 8ks + i (t = 0..3, i = 0..7: the activation
+          // channel order). Fast groups chain the four steps in the tensor core, then one promotion; wide groups
+          // chain them once per 32-block j, over that block's eight channels of each step (the others are zeros),
+          // and promote each block. The products are exact, so only the chains' alignments and truncations and the
+          // promotions' roundings count.
+          auto chain = [&](int g, int j_only, double& c, double& err) {  // j_only < 0: every block
+            c = 0;
+            err = 0;
             for (int ks = 0; ks < 4; ++ks) {
               double maxp = 0, step = 0;
-              for (int k = g * 128 + ks * 32; k < g * 128 + ks * 32 + 32; ++k) {
-                const double p = double(ar[k]) * double(wr[k]);  // exact
-                maxp = std::max(maxp, std::fabs(p));
-                step += p;
-                ref_abs += std::fabs(main + c + step);
+              for (int t = 0; t < 4; ++t) {
+                if (j_only >= 0 && t != j_only) continue;
+                for (int i = 0; i < 8; ++i) {
+                  const int k = g * 128 + 32 * t + 8 * ks + i;
+                  const double p = double(ar[k]) * double(wr[k]);  // exact
+                  maxp = std::max(maxp, std::fabs(p));
+                  step += p;
+                }
               }
-              if (!wide) {
-                const double M = std::max(std::fabs(c) + err_g, maxp);
-                err_g += 33 * t13 * M;
-                c += step;
-                err_g += t13 * (std::fabs(c) + err_g);
-              } else {
-                double es = 32 * t13 * maxp;
-                es += t13 * (std::fabs(step) + es);
-                main += step;
-                gpu_err += es + u24 * (std::fabs(main) + gpu_err + es);
-              }
+              const double M = std::max(std::fabs(c) + err, maxp);
+              err += (j_only >= 0 ? 9 : 33) * t13 * M;  // the step's nonzero products and the accumulator
+              c += step;
+              err += t13 * (std::fabs(c) + err);
             }
-            if (!wide) {
+          };
+          for (int g = 0; g < K / 128; ++g) {
+            for (int k = g * 128; k < g * 128 + 128; ++k) {  // the reference's sequential sum, k ascending
+              ref_run += double(ar[k]) * double(wr[k]);
+              ref_abs += std::fabs(ref_run);
+            }
+            double c, err_g;
+            if (!x.wide(e, int(n), g)) {
+              chain(g, -1, c, err_g);
               main += c;
               gpu_err += err_g + u24 * (std::fabs(main) + gpu_err + err_g);
+            } else {
+              for (int j = 0; j < 4; ++j) {
+                chain(g, j, c, err_g);
+                main += c;
+                gpu_err += err_g + u24 * (std::fabs(main) + gpu_err + err_g);
+              }
             }
           }
           double tol = gpu_err + 1.0001 * u24 * ref_abs + 1e-30;
@@ -325,15 +345,18 @@ void check_gemm(const char* name, int E, int N, int K, std::vector<int> counts, 
   }
 }
 
-// Layout probe: one nonzero weight at (n0, k0); token m sees only k in [32m, 32m + 32). The output must be
-// nonzero at exactly (m = k0 / 32, n = n0); where it lands otherwise tells which mapping is off.
+// Layout probe: one nonzero weight at (n0, k0); token m sees only channels k in [32m, 32m + 32) (stored in the
+// activation channel order). The output must be nonzero at exactly (m = k0 / 32, n = n0); where it lands otherwise
+// tells which mapping is off.
 TEST(MoeW4A8Gpu, GemmLayoutProbe) {
   SKIP_WITHOUT_GPU();
   const int E = 1, N = 128, K = 256, M = 8;
   const int probes[][2] = {{0, 0}, {9, 37}, {17, 100}, {63, 255}, {64, 130}, {127, 201}, {40, 20}, {88, 236}};
   std::vector<uint8_t> a(size_t(M) * K, 0);
-  for (int m = 0; m < M; ++m)
+  for (int m = 0; m < M; ++m) {
     for (int k = 32 * m; k < 32 * m + 32; ++k) a[size_t(m) * K + k] = f32_to_fp8_e4m3(1.0f);
+    ref::moe_w4a8_order_activations(a.data() + size_t(m) * K, K);
+  }
   const int sa_ld = M;
   std::vector<float> sa(size_t(K / 128) * sa_ld, 1.0f);
   DevBuf<uint8_t> da(a);
