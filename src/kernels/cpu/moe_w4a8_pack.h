@@ -13,7 +13,7 @@
 //     32ks + 16 + 4t + c ("hi"), t = i % 4, which hold the group's channels 32t + 8ks + c and 32t + 8ks + 4 + c
 //     (the activation channel order below): every value a thread converts for a row in a group comes from the
 //     row's 32-block t, so it needs one e2m1 -> e4m3 table per row and group, not one per k-step (on the H200
-//     decode from 4 tokens 6-15 % faster than with natural order, prefill 1-9 %; docs/benchmarks/moe-w4a8.md,
+//     decode from 4 tokens 7-15 % faster than with natural order, prefill 1-9 %; docs/benchmarks/moe-w4a8.md,
 //     forty-third session).
 //     Nibble q (bits 4q..4q+3) holds in its low 3 bits the
 //     magnitude code of lo[q] (q < 4) or hi[q-4] (q >= 4); the top bit of nibble 2c+1 is the sign of
