@@ -584,9 +584,9 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   auto promote = [&](uint32_t sa, int h, auto w) { promote_scaled(sa, 1.0f, 1.0f, h, w); };
 
   // Issue the group's MMAs. Fast groups: 4 async wgmmas (caller waits and promotes). Wide groups: each
-  // 32-block on its own (converted again into gr.a), waited and promoted here.
+  // 32-block on its own (converted again, a k-step at a time), waited and promoted here.
   // Sub-tile h's tokens start h SUB rows of 128 bytes into the group's activation tile (whole 8-row swizzle atoms).
-  auto issue_group = [&](GroupRegs& gr, int h, auto may_wide, auto w) {
+  auto issue_group = [&](const GroupRegs& gr, int h, auto may_wide, auto w) {
     constexpr bool kMayWide = decltype(may_wide)::value;
     constexpr int W = decltype(w)::value;
     const uint32_t desc = act_desc_lo(gr) + h * SUB * 8;  // + 2 per k32 step (32 bytes)
@@ -602,19 +602,26 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       wgmma_commit();
     } else {
       // Block j at a time: the threads holding it (t4 == j) convert with u = 12, the others give zeros (-0.0), and
-      // the group's four k-steps accumulate block j alone, promoted with its 2^(e_j - R). The fragments are
-      // converted again for each block (the group's other sub-tiles convert them again too).
+      // the group's four k-steps accumulate block j alone, promoted with its 2^(e_j - R). Converted again for each
+      // block and k-step, into one fragment set waited on at once: a second full set here made ptxas spill in the
+      // 4-CTA decode configs, whose fast path then ran slower (bn8_wg1_g2_s4_m4, V4-Pro W13 at one token: 54.5
+      // against 51.7 us on the H200).
 #pragma unroll 1
       for (int j = 0; j < 4; ++j) {
         const uint32_t lo = t4 == j ? kLutLo0 + 12u * kLutLoStep : 0u, hi = t4 == j ? kLutHi0 + 12u * kLutHiStep : 0u;
-        convert_group(chunk_addr(gr), lo, hi, lo, hi, gr.a);
-        fence_operands(tmp);
-        wgmma_fence();
+        const uint32_t words = chunk_addr(gr) + tid * 16;
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-          wgmma::RsFp8<W>::mma(first_of<W / 2>(tmp), gr.a[ks], sw128_desc(desc + 2 * ks), ks > 0 ? 1 : 0);
-        wgmma_commit();
-        wgmma_wait_all();
+        for (int ks = 0; ks < 4; ++ks) {  // one k-step at a time: two words and one fragment set live
+          const uint2 q = lds64(words + (ks >> 1) * 2048 + (ks & 1) * 8);
+          uint32_t f[4];
+          e2m1x8_to_e4m3(q.x, lo, hi, f[0], f[2]);
+          e2m1x8_to_e4m3(q.y, lo, hi, f[1], f[3]);
+          fence_operands(tmp);
+          wgmma_fence();
+          wgmma::RsFp8<W>::mma(first_of<W / 2>(tmp), f, sw128_desc(desc + 2 * ks), ks > 0 ? 1 : 0);
+          wgmma_commit();
+          wgmma_wait_all();
+        }
         fence_operands(tmp);
         const uint32_t scales = chunk_addr(gr) + pack::kChunkWeightBytes + j;
         promote_scaled(sa_ptr(gr), pow2_rel(lds_u8(scales + 4 * r0)), pow2_rel(lds_u8(scales + 4 * (r0 + 8))), h, w);
