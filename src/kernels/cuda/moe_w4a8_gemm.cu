@@ -487,7 +487,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) a[ks][j] = words[ks >> 1][(ks & 1) * 2 + (j & 1)] ^ (j >> 1) ^ lo0 ^ hi1;
+        for (int j = 0; j < 4; ++j) a[ks][j] = words[ks >> 1][(ks & 1) * 2 + (j & 1)] ^ (j >> 1);
     } else {
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
