@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""A/B of two W4A8 GEMM builds from their tuning sweeps.
+
+Reads the `sweep SHAPE PHASE ROUTING T=N: config=us ...` lines that `bench_gpu_moe_w4a8 --tune FILE` prints, from
+the logs of a baseline build and of a new one (alternate the two in one device call, e.g. three rounds each), takes
+each config's minimum over the rounds, and prints per (shape, phase, routing, tokens): the best config's time of each
+side and their ratio, the ratio of the baseline's best config in the new build, and the range of same-config ratios.
+
+Usage: python3 tools/w4a8_sweep_ab.py --base 'OUT/base*.log' --new 'OUT/new*.log' [--routing uniform|zipf|all]
+"""
+import argparse
+import collections
+import glob
+import re
+import sys
+
+SWEEP = re.compile(r'\s*sweep (\S+) (decode|prefill) (\S+) T=(\d+):(.*)')
+ENTRY = re.compile(r'(\S+)=([\d.]+)')
+
+
+def minima(pattern):
+    files = sorted(glob.glob(pattern))
+    if not files:
+        sys.exit(f"w4a8_sweep_ab: no files match {pattern!r}")
+    best = collections.defaultdict(dict)  # (shape, phase, routing, T) -> {config: min us}
+    for name in files:
+        with open(name, encoding='utf-8', errors='replace') as f:
+            for line in f:
+                m = SWEEP.match(line)
+                if not m:
+                    continue
+                key = (m.group(1), m.group(2), m.group(3), int(m.group(4)))
+                for cfg, us in ENTRY.findall(m.group(5)):
+                    prev = best[key].get(cfg)
+                    best[key][cfg] = float(us) if prev is None else min(prev, float(us))
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--base', required=True, help='glob of the baseline build\'s logs')
+    ap.add_argument('--new', required=True, help='glob of the new build\'s logs')
+    ap.add_argument('--routing', default='uniform', help='uniform, zipf, recorded or all (default uniform)')
+    a = ap.parse_args()
+    base, new = minima(a.base), minima(a.new)
+    print(f"{'shape':<10} {'phase':<7} {'routing':<8} {'T':>6}  {'base us':>9} {'new us':>9} {'new/base':>8}  "
+          f"{'base best cfg':<26} {'same cfg':>8} {'range':>13}")
+    for key in sorted(set(base) & set(new)):
+        if a.routing != 'all' and key[2] != a.routing:
+            continue
+        b, n = base[key], new[key]
+        common = [c for c in b if c in n]
+        if not common:
+            continue
+        b_cfg = min(b, key=b.get)
+        b_us, n_us = b[b_cfg], min(n.values())
+        ratios = sorted(n[c] / b[c] for c in common)
+        same = f"{n[b_cfg] / b_us:.3f}" if b_cfg in n else 'n/a'
+        print(f"{key[0]:<10} {key[1]:<7} {key[2]:<8} {key[3]:>6}  {b_us:>9.1f} {n_us:>9.1f} {n_us / b_us:>8.3f}  "
+              f"{b_cfg:<26} {same:>8} {ratios[0]:.3f}-{ratios[-1]:.3f}")
+
+
+if __name__ == '__main__':
+    main()
