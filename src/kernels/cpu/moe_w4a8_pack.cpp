@@ -13,11 +13,12 @@ inline void set_nibble(uint8_t* row, int k, uint8_t v) {
   row[k >> 1] = uint8_t((row[k >> 1] & ~(0xf << shift)) | ((v & 0xf) << shift));
 }
 
-// The (row, ks, t) a word at (h, i, j) describes.
-inline void word_coords(int h, int i, int j, int* r, int* ks, int* t) {
+// The row a word at (h, i, j) describes, and the first of its channels in the group: k-step ks = 2h + j/2 of quad
+// lane t = i % 4 holds channels 32t + 8ks + c ("lo") and 32t + 8ks + 4 + c ("hi"), block t (the activation channel
+// order).
+inline void word_coords(int h, int i, int j, int* r, int* k_first) {
   *r = 16 * (i / 32) + (i % 32) / 4 + 8 * (j % 2);
-  *ks = 2 * h + j / 2;
-  *t = i % 4;
+  *k_first = 32 * (i % 4) + 8 * (2 * h + j / 2);
 }
 
 inline size_t word_offset(int h, int i, int j) { return size_t(h) * 2048 + size_t(i) * 16 + size_t(j) * 4; }
@@ -65,10 +66,10 @@ int64_t moe_w4a8_pack_expert(const uint8_t* weight, const uint8_t* scale, int N,
       for (int h = 0; h < 2; ++h)
         for (int i = 0; i < 128; ++i)
           for (int j = 0; j < 4; ++j) {
-            int r, ks, t;
-            word_coords(h, i, j, &r, &ks, &t);
+            int r, k_first;
+            word_coords(h, i, j, &r, &k_first);
             const uint8_t* wrow = weight + size_t(nb * kPackRows + r) * (K / 2);
-            const int k0 = g * kPackK + 32 * t + 8 * ks;  // block t of the group (activation channel order)
+            const int k0 = g * kPackK + k_first;
             uint32_t word = 0;
             for (int c = 0; c < 4; ++c) {
               uint8_t lo = nibble_at(wrow, k0 + c), hi = nibble_at(wrow, k0 + 4 + c);
@@ -107,12 +108,12 @@ void moe_w4a8_unpack_expert(const uint8_t* packed, int N, int K, uint8_t* weight
       for (int h = 0; h < 2; ++h)
         for (int i = 0; i < 128; ++i)
           for (int j = 0; j < 4; ++j) {
-            int r, ks, t;
-            word_coords(h, i, j, &r, &ks, &t);
+            int r, k_first;
+            word_coords(h, i, j, &r, &k_first);
             uint32_t word;
             std::memcpy(&word, chunk + word_offset(h, i, j), 4);
             uint8_t* wrow = weight + size_t(nb * kPackRows + r) * (K / 2);
-            const int k0 = g * kPackK + 32 * t + 8 * ks;
+            const int k0 = g * kPackK + k_first;
             for (int c = 0; c < 4; ++c) {
               uint8_t lo = uint8_t(((word >> (4 * c)) & 7) | (((word >> (8 * c + 7)) & 1) << 3));
               uint8_t hi = uint8_t(((word >> (4 * (c + 4))) & 7) | (((word >> (8 * c + 3)) & 1) << 3));
