@@ -58,8 +58,9 @@ if [ -n "${BASELINE:-}" ]; then build_variant base "$BASELINE" src "bench_gpu_op
 for v in ${VARIANTS:-}; do
   build_variant "${v%%=*}" "${v#*=}" "src tests bench" "test_gpu bench_gpu_ops bench_gpu_moe_w4a8"
 done
-# PROBES="2 4 7": also bench_gpu_moe_w4a8_pN, its GEMM built with ablation probe N (MOESERVE_W4A8_PROBE in
-# moe_w4a8_gemm.cu: timing only, the outputs are wrong; moe-w4a8.md, forty-first session).
+# PROBES="2 4 7": also bench_gpu_moe_w4a8_pN, its GEMM built with probe N (MOESERVE_W4A8_PROBE in moe_w4a8_gemm.cu:
+# bits 1-8 ablations, timing only, the outputs wrong, moe-w4a8.md forty-first session; bit 16 the per-CTA timeline that
+# `--timeline` prints, forty-fourth session).
 for n in ${PROBES:-}; do
   PROBE_SAVED=$(mktemp)
   cp "$PROBE_FILE" "$PROBE_SAVED"

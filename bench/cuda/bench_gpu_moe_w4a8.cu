@@ -18,6 +18,9 @@
 //     --routing FILE  also route with a recorded run's load shares (`moeserve generate --routing-histogram FILE`,
 //                  model/routing_histogram.h: each scored layer's sorted expert shares, resampled to the shape's E)
 //     --config NAME  time (and --profile) that tile config instead of the dispatch table's pick
+//     --timeline   after timing each uniform-routing case, print when the CTAs of its last launch reached the points
+//                  of a launch (moe_w4a8_timeline; only a build with the timeline probe, PROBES=16
+//                  scripts/device-prepare.sh -> bench_gpu_moe_w4a8_p16, records them)
 //     --settled    decode launches take the decode chain's settled path (MoeW4A8Chain::counts_settled: the counts
 //                  were written before the previous kernel started, as W2's are in the engine's decode step and as
 //                  W13's expert ids are): schedule and first weight stages before griddepcontrol.wait, so that a
@@ -218,6 +221,44 @@ float time_calls(const std::function<void(int, cudaStream_t)>& call, int batch, 
   return bad ? -1 : median(t);
 }
 
+// One line per timed case from the timeline probe (moe_w4a8_timeline): each point of the last launch, in us after its
+// first CTA started, as min / median / max over its CTAs; then, from the earliest return of griddepcontrol.wait (the
+// previous launch complete), the median first landing, the median and last end of the main loops and the last end:
+// what the launch adds to a chain. (CTAs start early, while the previous launch drains: PDL.)
+void print_timeline(const char* shape, const char* phase, int T, const std::string& cfg,
+                    const std::vector<uint64_t>& ev) {
+  constexpr int kE = cuda::kMoeW4A8TimelineEvents;
+  const int slots = int(ev.size()) / kE;
+  uint64_t t0 = UINT64_MAX;
+  for (int c = 0; c < slots; ++c)
+    if (ev[size_t(c) * kE + cuda::kTlStart]) t0 = std::min(t0, ev[size_t(c) * kE + cuda::kTlStart]);
+  if (t0 == UINT64_MAX) return;
+  const char* names[kE] = {"start", "wait", "scheduled", "first issued", "first landed", "loop done", "end"};
+  std::string line;
+  int ctas = 0;
+  std::vector<std::vector<double>> at(kE);  // per event, us after t0, sorted
+  for (int k = 0; k < kE; ++k) {
+    for (int c = 0; c < slots; ++c) {
+      const uint64_t* e = &ev[size_t(c) * kE];
+      if (e[cuda::kTlStart] && e[k]) at[k].push_back((double(e[k]) - double(t0)) * 1e-3);
+    }
+    std::sort(at[k].begin(), at[k].end());
+    if (k == cuda::kTlStart) ctas = int(at[k].size());
+    if (at[k].empty()) continue;
+    char part[96];
+    std::snprintf(part, sizeof part, "  %s %.2f/%.2f/%.2f", names[k], at[k].front(), at[k][at[k].size() / 2],
+                  at[k].back());
+    line += part;
+  }
+  auto med = [&](int k) { return at[k].empty() ? 0.0 : at[k][at[k].size() / 2]; };
+  auto last = [&](int k) { return at[k].empty() ? 0.0 : at[k].back(); };
+  const double w = at[cuda::kTlWait].empty() ? 0.0 : at[cuda::kTlWait].front();
+  std::printf("timeline %-9s %-7s T=%-5d [%s] %d CTAs, us after the first start (min/median/max):%s;  after the first "
+              "wait: first landed %.2f (median), loops done %.2f (median) / %.2f (last), last end %.2f\n",
+              shape, phase, T, cfg.c_str(), ctas, line.c_str(), med(cuda::kTlFirstLanded) - w,
+              med(cuda::kTlLoopDone) - w, last(cuda::kTlLoopDone) - w, last(cuda::kTlEnd) - w);
+}
+
 // "1,4,16" -> {1, 4, 16}; "-" -> {} (skip that phase). Exits on anything else.
 std::vector<int> parse_counts(const std::string& list) {
   std::vector<int> out;
@@ -397,7 +438,7 @@ struct Result {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, profile = false, peer_only = false, settled = false;
+  bool quick = false, profile = false, peer_only = false, settled = false, timeline = false;
   std::string tune_file, out_dir, only_shape, decode_list, prefill_list, routing_file, force_config;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -405,6 +446,7 @@ int main(int argc, char** argv) {
     else if (a == "--profile") profile = true;
     else if (a == "--peer-only") peer_only = true;
     else if (a == "--settled") settled = true;
+    else if (a == "--timeline") timeline = true;
     else if (a == "--tune" && i + 1 < argc) tune_file = argv[++i];
     else if (a == "--out" && i + 1 < argc) out_dir = argv[++i];
     else if (a == "--shape" && i + 1 < argc) only_shape = argv[++i];
@@ -593,8 +635,12 @@ int main(int argc, char** argv) {
           Result res{sh.name, decode ? "decode" : "prefill", routing, T, 0, 0, 0, "", "", 0, 0, 0, 0, 0, 0};
           const cuda::MoeW4A8Split pick_split =
               force_config.empty() ? cuda::moe_w4a8_pick_split(E, N, K, slots) : cuda::MoeW4A8Split{};
+          std::vector<uint64_t> events;
+          const bool tl = timeline && !peer_only && rk == 0 && cuda::moe_w4a8_timeline(&events) > 0;  // cleared
           if (!peer_only) res.pick_ms = run(pick, reps, pick_split);
           res.pick_cfg = split_name(pick, pick_split);
+          if (tl && cuda::moe_w4a8_timeline(&events) > 0)
+            print_timeline(sh.name, decode ? "decode" : "prefill", T, res.pick_cfg, events);
           res.best_ms = res.pick_ms;
           res.best_cfg = res.pick_cfg;
           if (sweep) {

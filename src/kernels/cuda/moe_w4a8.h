@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace moeserve::cuda {
 
@@ -106,6 +107,23 @@ cudaError_t moe_grouped_gemm_w4a8_masked(const MoeW4A8Weights& w, const MoeW4A8I
                                          int cap, void* y, MoeOutType out, int slots, int config,
                                          cudaStream_t stream, const MoeW4A8Chain& chain = {},
                                          const MoeW4A8Split& split = {});
+
+// Timeline probe (builds with MOESERVE_W4A8_PROBE bit 16 in moe_w4a8_gemm.cu, `PROBES=16
+// scripts/device-prepare.sh`): each CTA of a launch stores the global timer (ns) at these points; a CTA's slot keeps
+// the last launch that ran it. moe_w4a8_timeline copies the array out ([kMoeW4A8TimelineCtas][kMoeW4A8TimelineEvents],
+// 0 where a CTA did not reach a point) and clears it; it returns the CTA slots, 0 in other builds (events left
+// empty), -1 on a CUDA error.
+enum MoeW4A8TimelineEvent {
+  kTlStart,        // the CTA's first instruction
+  kTlWait,         // past griddepcontrol.wait (consumer thread 0; before the schedule unless the counts are settled)
+  kTlScheduled,    // the work list computed
+  kTlFirstIssued,  // the producer's first stage issued
+  kTlFirstLanded,  // the consumers' first stage landed
+  kTlLoopDone,     // the last item's main loop done (before its epilogue)
+  kTlEnd,          // the CTA's last instruction
+};
+constexpr int kMoeW4A8TimelineCtas = 1024, kMoeW4A8TimelineEvents = 7;
+int moe_w4a8_timeline(std::vector<uint64_t>* events);
 
 // Random packed experts (performance work, --load-format dummy): E experts of [N, K], uniform e2m1 codes,
 // every row's reference exponent ref_exp and its blocks' exponents in [ref_exp - spread, ref_exp] with

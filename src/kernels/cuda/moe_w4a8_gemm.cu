@@ -35,6 +35,7 @@
 #include <mutex>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "kernels/cpu/moe_w4a8_pack.h"
 #include "kernels/cuda/common.cuh"
@@ -58,10 +59,27 @@ constexpr int kMaxExperts = 512;
 // condition the compiler cannot rule out, so that ptxas does not delete it as dead code. Bit 1 makes ptxas
 // serialize the prefill configs' wgmmas (C7511, insufficient registers for the wgmma pipeline), so it does not
 // time the promotion alone. Outputs are wrong; timing only.
+// Bit 16 is not an ablation: the outputs stay right, and each CTA records when it reaches the points of a launch
+// (MoeW4A8TimelineEvent) in a device array that moe_w4a8_timeline reads (`PROBES=16 scripts/device-prepare.sh`,
+// `bench_gpu_moe_w4a8_p16 --timeline`; moe-w4a8.md, forty-fourth session).
 #ifndef MOESERVE_W4A8_PROBE
 #define MOESERVE_W4A8_PROBE 0
 #endif
 constexpr int kProbe = MOESERVE_W4A8_PROBE;
+constexpr bool kTimeline = (kProbe & 16) != 0;
+#if MOESERVE_W4A8_PROBE & 16
+__device__ uint64_t g_timeline[kMoeW4A8TimelineCtas][kMoeW4A8TimelineEvents];
+#endif
+// The global timer (ns) into this CTA's slot of the timeline (timeline probe builds only).
+__device__ __forceinline__ void timeline_mark(int event) {
+#if MOESERVE_W4A8_PROBE & 16
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  if (blockIdx.x < kMoeW4A8TimelineCtas) g_timeline[blockIdx.x][event] = t;
+#else
+  (void)event;
+#endif
+}
 
 using namespace hopper;
 
@@ -246,6 +264,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   const int n_chunks = NG / G;
   const int NBT = p.N / (64 * WG);  // weight tiles per expert
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (kTimeline && threadIdx.x == 0) timeline_mark(kTlStart);
 
   // Before pdl_wait (the previous kernel may still run): the producer's descriptors and the barriers.
   if (warp == 4 * WG && lane == 0) {
@@ -259,6 +278,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       for (int s = 0; s < S; ++s) mbar_init(&fs_bar[s], kCopierThreads);
   // Settled counts (MoeW4A8Chain): the schedule and the first stages' weights do not wait for the previous kernel.
   if (!p.counts_settled) dev::pdl_begin();
+  if (kTimeline && !p.counts_settled && threadIdx.x == 0) timeline_mark(kTlWait);
 
   // Schedule: items of expert e = NBT * ceil(cnt / BN), in expert order; none for experts outside the launch's row
   // range (MoeW4A8Split's other launch computes those; their rows still count in the row layout). The experts'
@@ -329,6 +349,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   }
   __syncthreads();
   const int total_items = item_start[p.E];
+  if (kTimeline && threadIdx.x == 0) timeline_mark(kTlScheduled);
 
   if (warp >= 4 * WG) {
     // ------------------------------ producer ------------------------------
@@ -432,6 +453,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
           tma_load_2d(st + gi * BN * 128, &tmap_a, &full_bar[stage], (kc * G + gi) * 128, x.row0);
         tma_load_2d(st + C::kActBytes, &tmap_sa, &full_bar[stage], x.row0 & ~3, kc * G);
         if (!issued) load_weights(x, kc, st, &full_bar[stage]);
+        if (kTimeline && it == int(blockIdx.x) && kc == 0) timeline_mark(kTlFirstIssued);
         if (++stage == S) {
           stage = 0;
           phase ^= 1;
@@ -450,6 +472,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   // ------------------------------ consumers ------------------------------
   if constexpr (C::kSetMaxNReg) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::kConsumerRegs));
   if (p.counts_settled) dev::pdl_begin();
+  if (kTimeline && p.counts_settled && threadIdx.x == 0) timeline_mark(kTlWait);
   const int wg = warp / 4;
   const int tid = threadIdx.x % 128;
   const int wq = tid / 32;               // warp within the warpgroup
@@ -499,6 +522,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
 
   // Load + convert group `gi` of the current item into `gr` (waits for the stage when gi starts a chunk).
   uint64_t flags_lo = 0;  // the current item's flags of groups 0..63 (K <= 8192 needs no other word)
+  bool first_wait = kTimeline;  // timeline: the first stage's landing not yet marked
   // gin: the group's index in its stage (gi % G), a constant at every call site. kMayWide: the item has wide
   // groups (else the flag test, the table selects and the slow path compile away).
   auto load_group = [&](int gi, int gin, const uint64_t* flags_row, GroupRegs& gr, auto may_wide) {
@@ -509,6 +533,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       // threads that wait on the full barrier itself, so the consumers wait on both.
       if constexpr (C::kFragSa) mbar_wait(&fs_bar[ld_stage], ld_phase);
       __syncwarp();  // reconverge after the spin: wgmma is .sync.aligned
+      if (kTimeline && first_wait) {
+        if (threadIdx.x == 0) timeline_mark(kTlFirstLanded);
+        first_wait = false;
+      }
     }
     gr.stage = ld_stage;
     gr.gin = gin;
@@ -716,6 +744,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       }
     });
 
+    if (kTimeline && threadIdx.x == 0) timeline_mark(kTlLoopDone);
     // Epilogue: the rows' 2^(R - 133) (exact). Eight token columns: each thread stores its own values (rows r0 and
     // r0 + 8 of tokens 2 t4 and 2 t4 + 1, 32-byte runs per token across a warp). Wider tiles: stage the 64 x BN
     // tile as [token][row] floats, then write whole token rows.
@@ -780,6 +809,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   }
   if constexpr (kProbe != 0)
     if (p.E < 0) static_cast<uint32_t*>(p.y)[threadIdx.x] = probe_sink;  // never true; keeps the sink's work
+  if (kTimeline && threadIdx.x == 0) timeline_mark(kTlEnd);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -930,6 +960,20 @@ cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int*
 }
 
 }  // namespace
+
+int moe_w4a8_timeline(std::vector<uint64_t>* events) {
+  events->clear();
+#if MOESERVE_W4A8_PROBE & 16
+  events->resize(size_t(kMoeW4A8TimelineCtas) * kMoeW4A8TimelineEvents);
+  const size_t bytes = events->size() * sizeof(uint64_t);
+  if (cudaMemcpyFromSymbol(events->data(), g_timeline, bytes) != cudaSuccess) return -1;
+  std::vector<uint64_t> zeros(events->size(), 0);
+  if (cudaMemcpyToSymbol(g_timeline, zeros.data(), bytes) != cudaSuccess) return -1;
+  return kMoeW4A8TimelineCtas;
+#else
+  return 0;
+#endif
+}
 
 int moe_w4a8_config_count() { return kNumConfigs; }
 const MoeW4A8Config& moe_w4a8_config(int id) { return kLaunchers[id].info; }
