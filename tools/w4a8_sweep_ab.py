@@ -18,22 +18,28 @@ SWEEP = re.compile(r'\s*sweep (\S+) (decode|prefill) (\S+) T=(\d+):(.*)')
 ENTRY = re.compile(r'(\S+)=([\d.]+)')
 
 
-def minima(pattern):
-    files = sorted(glob.glob(pattern))
-    if not files:
-        sys.exit(f"w4a8_sweep_ab: no files match {pattern!r}")
-    best = collections.defaultdict(dict)  # (shape, phase, routing, T) -> {config: min us}
+def sweep_minima(files, key=lambda shape, phase, routing, tokens: (shape, phase, routing, tokens)):
+    """{key: {config: min us}} over the sweep lines of `files`; key(shape, phase, routing, tokens) None skips a line."""
+    best = collections.defaultdict(dict)
     for name in files:
         with open(name, encoding='utf-8', errors='replace') as f:
             for line in f:
                 m = SWEEP.match(line)
                 if not m:
                     continue
-                key = (m.group(1), m.group(2), m.group(3), int(m.group(4)))
+                k = key(m.group(1), m.group(2), m.group(3), int(m.group(4)))
+                if k is None:
+                    continue
                 for cfg, us in ENTRY.findall(m.group(5)):
-                    prev = best[key].get(cfg)
-                    best[key][cfg] = float(us) if prev is None else min(prev, float(us))
+                    best[k][cfg] = min(float(us), best[k].get(cfg, float('inf')))
     return best
+
+
+def minima(pattern):
+    files = sorted(glob.glob(pattern))
+    if not files:
+        sys.exit(f"w4a8_sweep_ab: no files match {pattern!r}")
+    return sweep_minima(files)  # (shape, phase, routing, T) -> {config: min us}
 
 
 def main():

@@ -17,33 +17,20 @@ Usage: python3 tools/w4a8_table_from_sweeps.py [--gpu 'NVIDIA H200'] [--settled 
                                                [--settled-max-slots 256] 'OUT/tune*.log' > table.inc
 """
 import argparse
-import collections
 import glob
-import re
 import sys
 
-SWEEP = re.compile(r'\s*sweep (\S+) (decode|prefill) (\S+) T=(\d+):(.*)')
-ENTRY = re.compile(r'(\S+)=([\d.]+)')
+from w4a8_sweep_ab import sweep_minima
+
 TOPK = 6
 SHAPES = [("pro_w13", 384, 6144, 7168), ("pro_w2", 384, 7168, 3072), ("flash_w13", 256, 4096, 4096),
           ("flash_w2", 256, 4096, 2048)]  # bench_gpu_moe_w4a8.cu's kShapes, in its order
 
 
 def minima(files, keep=lambda slots: True):
-    best = collections.defaultdict(dict)  # (shape, slots, routing) -> {candidate: min us}
-    for name in files:
-        with open(name, encoding='utf-8', errors='replace') as f:
-            for line in f:
-                m = SWEEP.match(line)
-                if not m:
-                    continue
-                shape, _, routing, tokens, rest = m.groups()
-                if not keep(int(tokens) * TOPK):
-                    continue
-                times = best[(shape, int(tokens) * TOPK, routing)]
-                for cand, us in ENTRY.findall(rest):
-                    times[cand] = min(float(us), times.get(cand, float('inf')))
-    return best
+    """(shape, slots, routing) -> {candidate: min us}, for the slot counts `keep` accepts."""
+    return sweep_minima(files, lambda shape, phase, routing, tokens:
+                        (shape, tokens * TOPK, routing) if keep(tokens * TOPK) else None)
 
 
 def pick(per_routing):
