@@ -139,6 +139,7 @@ struct Params {
   const int* settled_ids;   // MoeW4A8Chain::settled_ids ([id_slots] expert ids), or null
   int id_slots;
   int rows_lo, rows_hi;     // only experts with rows_lo <= rows <= rows_hi get work items (MoeW4A8Split)
+  int* item_counter;        // MoeW4A8Chain::item_counter, or null
 };
 
 // The expert owning work item `it`: item_start[e] <= it < item_start[e + 1] (binary search: a CTA's first item
@@ -216,6 +217,9 @@ struct Cfg {
   // floats (the 4: the four rows start on different banks). With it the 160- and 192-token tiles spilled (204 and 32
   // bytes) and ran 2-9 % slower, so they keep the per-column loads (moe-w4a8.md, forty-second session).
   static constexpr bool kFragSa = WG >= 2 && BN >= 96 && BN <= 128;
+  // Work items from MoeW4A8Chain::item_counter: the configs whose copier warps (kFragSa) walk the items too keep the
+  // fixed order.
+  static constexpr bool kDynamicItems = !kFragSa;
   static constexpr int kFsRow = SUB / 4 + 4, kFsSub = 4 * kFsRow, kFsGroup = H * kFsSub;  // floats
   static constexpr int kFsBytes = kFragSa ? ((G * kFsGroup * 4 + 127) / 128) * 128 : 0;
   static constexpr int kFsOffset = kActBytes + kSaBytes + kWBytes;
@@ -257,6 +261,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   uint64_t* empty_bar = full_bar + S;
   uint64_t* fs_bar = empty_bar + S;  // C::kFragSa: the stage's scales in fragment order (each copier thread arrives)
   int* item_start = reinterpret_cast<int*>(fs_bar + S);  // [E + 1]
+  // Dynamic items: the producer writes each item's index at its first stage (before the stage's arrive, whose
+  // release the consumers' wait acquires), -1 after the last; rewritten only once the stage is released.
+  __shared__ int stage_item[S];
+  const bool dynamic = C::kDynamicItems && p.item_counter != nullptr;
   int* row_start = item_start + kMaxExperts + 1;            // [E]
   int* cnt = row_start + kMaxExperts;                       // [E]
 
@@ -431,6 +439,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     if (p.counts_settled) {
       if (int(blockIdx.x) < total_items) {
         const Item x = item_of(blockIdx.x);
+        if (dynamic) stage_item[0] = int(blockIdx.x);
         early = min(S, n_chunks);
         for (int kc = 0; kc < early; ++kc) {
           mbar_arrive_expect_tx(&full_bar[kc], kTxBytes);
@@ -439,13 +448,26 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       }
       dev::pdl_begin();
     }
-    for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
+    // Dynamic items: the first by the CTA's index, the next ones from the counter, each fetched an item ahead and only
+    // after pdl_wait (the previous launch, which leaves the counter at 0, is complete by then). Every CTA fetches
+    // until it gets an index past the items, so the launch fetches max(items, grid) times in all; the last fetch
+    // puts the counter back to 0.
+    const int grid = int(gridDim.x), fetches = max(total_items, grid);
+    auto take = [&](int fetched) {  // the item of a fetched counter value
+      if (fetched == fetches - 1) atomicExch(p.item_counter, 0);  // the launch's last fetch
+      return grid + fetched;
+    };
+    int it = int(blockIdx.x);
+    if (dynamic && it >= total_items) it = take(atomicAdd(p.item_counter, 1));
+    while (it < total_items) {
       const Item x = item_of(it);
+      const int fetched = dynamic ? atomicAdd(p.item_counter, 1) : 0;  // the next item's, used after this one's loads
       for (int kc = 0; kc < n_chunks; ++kc) {
         uint8_t* st = stages + stage * C::kStageBytes;
         const bool issued = it == int(blockIdx.x) && kc < early;  // weights and expect_tx already issued
         if (!issued) {
           mbar_wait(&empty_bar[stage], phase ^ 1);
+          if (dynamic && kc == 0) stage_item[stage] = it;
           mbar_arrive_expect_tx(&full_bar[stage], kTxBytes);
         }
 #pragma unroll
@@ -459,12 +481,19 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
           phase ^= 1;
         }
       }
+      const int next = dynamic ? take(fetched) : it + grid;
       // The last wave's items: the next GEMM's first stages of the same expert's corresponding rows into L2.
-      if (p.pf_w && x.tt == 0 && it + int(gridDim.x) >= total_items) {
-        const uint8_t* next = p.pf_w + size_t(x.e) * p.pf_expert_bytes;
+      if (p.pf_w && x.tt == 0 && next >= total_items) {
+        const uint8_t* nw = p.pf_w + size_t(x.e) * p.pf_expert_bytes;
         for (int b = x.nbt * p.pf_blocks / NBT; b < (x.nbt + 1) * p.pf_blocks / NBT; ++b)
-          dev::prefetch_l2(next + size_t(b) * p.pf_pitch, p.pf_prefix);
+          dev::prefetch_l2(nw + size_t(b) * p.pf_pitch, p.pf_prefix);
       }
+      it = next;
+    }
+    if (dynamic) {  // no more items: the consumers find -1 at their next stage
+      mbar_wait(&empty_bar[stage], phase ^ 1);
+      stage_item[stage] = -1;
+      mbar_arrive(&full_bar[stage]);
     }
     return;
   }
@@ -671,7 +700,14 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   };
 
   GroupRegs ga, gb;
-  for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
+  // Dynamic items: each item's index is at its first stage (stage_item), -1 after the last.
+  auto item_at_stage = [&]() {
+    mbar_wait(&full_bar[ld_stage], ld_phase);
+    __syncwarp();
+    return stage_item[ld_stage];
+  };
+  for (int it = dynamic ? item_at_stage() : int(blockIdx.x); dynamic ? it >= 0 : it < total_items;
+       it = dynamic ? item_at_stage() : it + int(gridDim.x)) {
     e = expert_of_item(item_start, p.E, it);
     const int ntt = (cnt[e] + BN - 1) / BN;
     const int local = it - item_start[e];
@@ -949,6 +985,7 @@ cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int*
   }
   p.rows_lo = 0;
   p.rows_hi = INT_MAX;
+  p.item_counter = chain.item_counter;
   if (split.config < 0) return kLaunchers[config].launch(p, in, stream);
   // The loaded experts first (few, long work items), then the many short items of the rest, which fill the tail.
   p.rows_lo = split.rows + 1;

@@ -831,8 +831,10 @@ TEST(MoeW4A8Gpu, DecodeChainIsGraphCapturable) {
   cudaStreamDestroy(stream);
 }
 
-// The decode chain's options (MoeW4A8Chain) only move W2's bytes into L2 earlier and schedule W2 before pdl_wait: for every config
-// (and two splits by expert load), the chain with them equals the plain chain bit for bit.
+// The decode chain's options (MoeW4A8Chain) only move W2's bytes into L2 earlier, schedule W2 before pdl_wait and take
+// work items from a counter: for every config (and two splits by expert load), the chain with them equals the plain
+// chain bit for bit, and the counter is 0 again after every launch (the next launches, which rely on that, would
+// otherwise skip items and leave NaN rows).
 // T = 5 over 16 experts gives more W13 work items than CTAs (the early stages then belong to a CTA's first item
 // only); W2's K = 1024 has fewer chunks than some configs have stages.
 TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
@@ -858,6 +860,7 @@ TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
     DevBuf<uint8_t> da(size_t(S) * D), da2(size_t(S) * I);
     // W13 with settled_ids gets counts it must not read: every entry 2^30.
     DevBuf<int> dbad(std::vector<int>(size_t(E), 1 << 30));
+    DevBuf<int> dcounter(std::vector<int>{0});
     // Every config alone, and two splits by expert load (experts above 1 or 2 rows on a wide tile).
     std::vector<std::pair<int, cuda::MoeW4A8Split>> runs;
     for (int cfg = 0; cfg < cuda::moe_w4a8_config_count(); ++cfg) runs.push_back({cfg, {}});
@@ -866,15 +869,17 @@ TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
     for (const auto& [cfg, split] : runs) {
       const std::string label = std::string(cuda::moe_w4a8_config(cfg).name) +
                                 (split.config >= 0 ? std::string("+") + cuda::moe_w4a8_config(split.config).name : "");
-      std::vector<float> outs[3];
-      for (int with : {0, 1, 2}) {  // none; prefetch + settled W2 counts; also W13 counting the settled ids
+      std::vector<float> outs[4];
+      // none; prefetch + settled W2 counts; also W13 counting the settled ids; also both taking items from a counter
+      for (int with : {0, 1, 2, 3}) {
         cuda::MoeW4A8Chain c13, c2;
         if (with) {
           c13.prefetch_next = &W2;
           c13.prefix_bytes = cuda::moe_w4a8_prefetch_prefix(W2.N, W2.K, S, size_t(16) << 20);
           c2.counts_settled = true;
         }
-        if (with == 2) c13.settled_ids = dids.p;
+        if (with >= 2) c13.settled_ids = dids.p;
+        if (with == 3) c13.item_counter = c2.item_counter = dcounter.p;
         dy.poison();
         ASSERT_EQ(cuda::moe_route_gather_quant_f32(dids.p, T, topk, E, dx.p, D, dcounts.p, dros.p, dsor.p, da.p, dsa.p,
                                                    sa_ld, stream),
@@ -889,15 +894,18 @@ TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
                   cudaSuccess);
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         outs[with] = dy.download();
+        EXPECT_EQ(dcounter.download()[0], 0) << "item counter after the chain, T " << T << " config " << label;
       }
-      int64_t diff1 = 0, diff2 = 0, nonfinite = 0;
+      int64_t diff1 = 0, diff2 = 0, diff3 = 0, nonfinite = 0;
       for (size_t i = 0; i < outs[0].size(); ++i) {
         diff1 += f32_to_bits(outs[0][i]) != f32_to_bits(outs[1][i]);
         diff2 += f32_to_bits(outs[0][i]) != f32_to_bits(outs[2][i]);
+        diff3 += f32_to_bits(outs[0][i]) != f32_to_bits(outs[3][i]);
         nonfinite += !std::isfinite(outs[0][i]);
       }
       EXPECT_EQ(diff1, 0) << "T " << T << " config " << label;
       EXPECT_EQ(diff2, 0) << "settled ids, T " << T << " config " << label;
+      EXPECT_EQ(diff3, 0) << "item counter, T " << T << " config " << label;
       EXPECT_EQ(nonfinite, 0) << "T " << T << " config " << label;
     }
   }
