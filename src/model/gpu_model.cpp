@@ -129,6 +129,13 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   }
   moe_barrier_ = DeviceArray<uint32_t>(2, "MoE grid barrier");
   moe_barrier_.fill_bytes(0);
+  // MOESERVE_W4A8_DYNAMIC=1: the W4A8 GEMMs take work items from a counter (MoeW4A8Chain::item_counter; A/B runs
+  // until it is measured). One counter serves all of them: they run one after another on the main stream, and each
+  // leaves it at 0.
+  if (const char* e = std::getenv("MOESERVE_W4A8_DYNAMIC"); e && std::string(e) == "1") {
+    w4a8_item_counter_ = DeviceArray<int>(1, "W4A8 work item counter");
+    w4a8_item_counter_.fill_bytes(0);
+  }
   // Diagnostics of the BF16 linears past 8 rows (cuBLASLt): MOESERVE_BF16_LT=0 sends them all to the GEMV, =wide
   // only those of N < 64 (the router gate of the test models); MOESERVE_BF16_TERMS=1|2|3: the bf16 terms an fp32
   // input is fed as (those linears and the skinny wo_a); MOESERVE_LT_SYNC=1 synchronizes the stream after each
@@ -1016,6 +1023,7 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
   // issued (the HBM is idle through W13's tail and the SwiGLU launch), and W2 schedules and loads those stages
   // before pdl_wait (its counts come from the routing glue, which finished before W13 started).
   cuda::MoeW4A8Chain c13, c2;
+  c13.item_counter = c2.item_counter = w4a8_item_counter_.size() ? w4a8_item_counter_.data() : nullptr;
   const bool decode = TK <= cuda::moe_route_gather_max_slots();
   if (decode && options_.moe_chain) {
     c13.prefetch_next = &w2;
