@@ -22,6 +22,7 @@
 //                  of a launch (moe_w4a8_timeline; only a build with the timeline probe, PROBES=16
 //                  scripts/device-prepare.sh -> bench_gpu_moe_w4a8_p16, records them)
 //     --dynamic    launches take work items from a counter (MoeW4A8Chain::item_counter) instead of the fixed order
+//                  (also MOESERVE_W4A8_DYNAMIC=1, the engine's switch, for scripts/device-w4a8-ab.sh)
 //     --settled    decode launches take the decode chain's settled path (MoeW4A8Chain::counts_settled: the counts
 //                  were written before the previous kernel started, as W2's are in the engine's decode step and as
 //                  W13's expert ids are): schedule and first weight stages before griddepcontrol.wait, so that a
@@ -491,6 +492,7 @@ int main(int argc, char** argv) {
   else
     std::printf("peer cublasLt-fp8: unavailable (%s)\n", lt.error.c_str());
   if (settled) std::printf("decode: settled counts (MoeW4A8Chain::counts_settled), the decode chain's W2 path\n");
+  if (const char* e = std::getenv("MOESERVE_W4A8_DYNAMIC"); e && std::string(e) == "1") dynamic = true;
   cuda::MoeW4A8Chain decode_chain, prefill_chain;
   decode_chain.counts_settled = settled;
   if (dynamic) {
