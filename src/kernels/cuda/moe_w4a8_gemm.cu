@@ -461,7 +461,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     if (dynamic && it >= total_items) it = take(atomicAdd(p.item_counter, 1));
     while (it < total_items) {
       const Item x = item_of(it);
-      const int fetched = dynamic ? atomicAdd(p.item_counter, 1) : 0;  // the next item's, used after this one's loads
+      // The next item's counter value, fetched once this item's first ring of stages is issued: an arrive releases the
+      // thread's earlier memory operations, so an atomic before the first stage's arrive delayed the pipeline's start
+      // by its round trip (1-2 us at one token, measured); here the wait for an empty stage covers it.
+      int fetched = 0;
       for (int kc = 0; kc < n_chunks; ++kc) {
         uint8_t* st = stages + stage * C::kStageBytes;
         const bool issued = it == int(blockIdx.x) && kc < early;  // weights and expect_tx already issued
@@ -476,6 +479,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
         tma_load_2d(st + C::kActBytes, &tmap_sa, &full_bar[stage], x.row0 & ~3, kc * G);
         if (!issued) load_weights(x, kc, st, &full_bar[stage]);
         if (kTimeline && it == int(blockIdx.x) && kc == 0) timeline_mark(kTlFirstIssued);
+        if (dynamic && kc == min(S, n_chunks) - 1) fetched = atomicAdd(p.item_counter, 1);
         if (++stage == S) {
           stage = 0;
           phase ^= 1;
