@@ -272,18 +272,24 @@ void check_gemm(const char* name, int E, int N, int K, std::vector<int> counts, 
     DevBuf<float> dsa(sa);
     cuda::MoeW4A8Input in{da.p, dsa.p, rows, sa_ld};
     DevBuf<float> y(size_t(rows) * N);
-    // One run: config cfg (and a split of the loaded experts onto another config), every element checked.
-    auto run_and_check = [&](int cfg, const cuda::MoeW4A8Split& split, bool f32) {
+    DevBuf<int> dcounter(std::vector<int>{0});
+    // One run: config cfg (and a split of the loaded experts onto another config), every element checked; with
+    // `dynamic` the CTAs take their work items from a counter (MoeW4A8Chain::item_counter), which must be 0 again after.
+    auto run_and_check = [&](int cfg, const cuda::MoeW4A8Split& split, bool f32, bool dynamic) {
       const auto out = f32 ? cuda::MoeOutType::F32 : cuda::MoeOutType::BF16;
       std::string label = cuda::moe_w4a8_config(cfg).name;
       if (split.config >= 0)
         label += std::string("+") + cuda::moe_w4a8_config(split.config).name + ">" + std::to_string(split.rows);
+      if (dynamic) label += " dynamic";
+      cuda::MoeW4A8Chain chain;
+      if (dynamic) chain.item_counter = dcounter.p;
       y.poison();
       cudaError_t err =
-          masked ? cuda::moe_grouped_gemm_w4a8_masked(wts, in, dcounts.p, cap, y.p, out, 1, cfg, nullptr, {}, split)
-                 : cuda::moe_grouped_gemm_w4a8_contiguous(wts, in, dcounts.p, y.p, out, 1, cfg, nullptr, {}, split);
+          masked ? cuda::moe_grouped_gemm_w4a8_masked(wts, in, dcounts.p, cap, y.p, out, 1, cfg, nullptr, chain, split)
+                 : cuda::moe_grouped_gemm_w4a8_contiguous(wts, in, dcounts.p, y.p, out, 1, cfg, nullptr, chain, split);
       ASSERT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      if (dynamic) EXPECT_EQ(dcounter.download()[0], 0) << name << " config " << label << ": item counter not reset";
       const std::vector<float> yg = y.download();
       const uint16_t* yg16 = reinterpret_cast<const uint16_t*>(yg.data());
       const std::vector<Bound>& bd = f32 ? b32 : b16;
@@ -314,13 +320,14 @@ void check_gemm(const char* name, int E, int N, int K, std::vector<int> counts, 
         }
       EXPECT_EQ(bad, 0);
       EXPECT_EQ(leaked, 0) << "rows of no expert were written";
-      std::printf("[%s] %-16s %-10s %s: %lld elements checked, %lld bad, max |err|/tol %.3f\n", name, label.c_str(),
+      std::printf("[%s] %-24s %-10s %s: %lld elements checked, %lld bad, max |err|/tol %.3f\n", name, label.c_str(),
                   masked ? "masked" : "contiguous", f32 ? "f32 " : "bf16", (long long)checked, (long long)bad,
                   worst_ratio);
     };
     for (int cfg = 0; cfg < cuda::moe_w4a8_config_count(); ++cfg) {
       if (!cuda::moe_w4a8_config_fits(cfg, N, K)) continue;  // the probe test checks the refusal
-      run_and_check(cfg, {}, (cfg + layout) % 2 == 1);
+      // Every config runs with fixed-order items in one layout and counter-fed ones in the other.
+      run_and_check(cfg, {}, (cfg + layout) % 2 == 1, (cfg / 2 + layout) % 2 == 0);
     }
     // Splits by expert load: thresholds below, between and above the cases' row counts (every expert on one side,
     // or some on each).
@@ -333,7 +340,7 @@ void check_gemm(const char* name, int E, int N, int K, std::vector<int> counts, 
       for (int rows_at : {0, 8, 16, max_count}) {
         const cuda::MoeW4A8Split split{by_name(big), rows_at};
         if (!cuda::moe_w4a8_config_fits(by_name(small), N, K) || !cuda::moe_w4a8_config_fits(split.config, N, K)) continue;
-        run_and_check(by_name(small), split, (rows_at + layout) % 2 == 1);
+        run_and_check(by_name(small), split, (rows_at + layout) % 2 == 1, split_runs % 2 == 1);
         ++split_runs;
       }
     EXPECT_GT(split_runs, 0);
