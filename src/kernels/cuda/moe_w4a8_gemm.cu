@@ -264,7 +264,6 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   // Dynamic items: the producer writes each item's index at its first stage (before the stage's arrive, whose
   // release the consumers' wait acquires), -1 after the last; rewritten only once the stage is released.
   __shared__ int stage_item[S];
-  const bool dynamic = C::kDynamicItems && p.item_counter != nullptr;
   int* row_start = item_start + kMaxExperts + 1;            // [E]
   int* cnt = row_start + kMaxExperts;                       // [E]
 
@@ -358,6 +357,9 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   __syncthreads();
   const int total_items = item_start[p.E];
   if (kTimeline && threadIdx.x == 0) timeline_mark(kTlScheduled);
+  // Work items from the counter only when some CTA has more than one (with one wave the fixed order is the same
+  // schedule, and the counter is left alone).
+  const bool dynamic = C::kDynamicItems && p.item_counter != nullptr && total_items > int(gridDim.x);
 
   if (warp >= 4 * WG) {
     // ------------------------------ producer ------------------------------
@@ -448,8 +450,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       }
       dev::pdl_begin();
     }
-    // Dynamic items: the first by the CTA's index, the next ones from the counter, each fetched an item ahead and only
-    // after pdl_wait (the previous launch, which leaves the counter at 0, is complete by then). Every CTA fetches
+    // Dynamic items: the first by the CTA's index, the next ones from the counter, each fetched when the current
+    // item's last stage is issued (so that the CTAs that get through their items first take the next ones; fetched at
+    // an item's start, the second wave's items went to CTAs at random, several to some SMs), and only after pdl_wait
+    // (the previous launch, which leaves the counter at 0, is complete by then). Every CTA fetches
     // until it gets an index past the items, so the launch fetches max(items, grid) times in all; the last fetch
     // puts the counter back to 0.
     const int grid = int(gridDim.x), fetches = max(total_items, grid);
@@ -461,10 +465,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     if (dynamic && it >= total_items) it = take(atomicAdd(p.item_counter, 1));
     while (it < total_items) {
       const Item x = item_of(it);
-      // The next item's counter value, fetched once this item's first ring of stages is issued: an arrive releases the
-      // thread's earlier memory operations, so an atomic before the first stage's arrive delayed the pipeline's start
-      // by its round trip (1-2 us at one token, measured); here the wait for an empty stage covers it.
-      int fetched = 0;
+      int fetched = 0;  // the next item's counter value
       for (int kc = 0; kc < n_chunks; ++kc) {
         uint8_t* st = stages + stage * C::kStageBytes;
         const bool issued = it == int(blockIdx.x) && kc < early;  // weights and expect_tx already issued
@@ -479,7 +480,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
         tma_load_2d(st + C::kActBytes, &tmap_sa, &full_bar[stage], x.row0 & ~3, kc * G);
         if (!issued) load_weights(x, kc, st, &full_bar[stage]);
         if (kTimeline && it == int(blockIdx.x) && kc == 0) timeline_mark(kTlFirstIssued);
-        if (dynamic && kc == min(S, n_chunks) - 1) fetched = atomicAdd(p.item_counter, 1);
+        if (dynamic && kc == n_chunks - 1) fetched = atomicAdd(p.item_counter, 1);
         if (++stage == S) {
           stage = 0;
           phase ^= 1;
@@ -704,14 +705,15 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   };
 
   GroupRegs ga, gb;
-  // Dynamic items: each item's index is at its first stage (stage_item), -1 after the last.
+  // Dynamic items: the first by the CTA's index (its flags and references load while its first stage lands), the
+  // next ones' at their first stage (stage_item), -1 after the last.
   auto item_at_stage = [&]() {
     mbar_wait(&full_bar[ld_stage], ld_phase);
     __syncwarp();
     return stage_item[ld_stage];
   };
-  for (int it = dynamic ? item_at_stage() : int(blockIdx.x); dynamic ? it >= 0 : it < total_items;
-       it = dynamic ? item_at_stage() : it + int(gridDim.x)) {
+  for (int it = int(blockIdx.x) < total_items ? int(blockIdx.x) : dynamic ? item_at_stage() : total_items;
+       dynamic ? it >= 0 : it < total_items; it = dynamic ? item_at_stage() : it + int(gridDim.x)) {
     e = expert_of_item(item_start, p.E, it);
     const int ntt = (cnt[e] + BN - 1) / BN;
     const int local = it - item_start[e];
