@@ -21,8 +21,9 @@
 //     --timeline   after timing each uniform-routing case, print when the CTAs of its last launch reached the points
 //                  of a launch (moe_w4a8_timeline; only a build with the timeline probe, PROBES=16
 //                  scripts/device-prepare.sh -> bench_gpu_moe_w4a8_p16, records them)
-//     --dynamic    launches take work items from a counter (MoeW4A8Chain::item_counter) instead of the fixed order
-//                  (also MOESERVE_W4A8_DYNAMIC=1, the engine's switch, for scripts/device-w4a8-ab.sh)
+//     --static     launches take their work items in the fixed order instead of from a counter
+//                  (MoeW4A8Chain::item_counter, as the engine does); also MOESERVE_W4A8_DYNAMIC=0, the engine's
+//                  switch, for scripts/device-w4a8-ab.sh
 //     --settled    decode launches take the decode chain's settled path (MoeW4A8Chain::counts_settled: the counts
 //                  were written before the previous kernel started, as W2's are in the engine's decode step and as
 //                  W13's expert ids are): schedule and first weight stages before griddepcontrol.wait, so that a
@@ -440,7 +441,7 @@ struct Result {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, profile = false, peer_only = false, settled = false, timeline = false, dynamic = false;
+  bool quick = false, profile = false, peer_only = false, settled = false, timeline = false, dynamic = true;
   std::string tune_file, out_dir, only_shape, decode_list, prefill_list, routing_file, force_config;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -449,7 +450,7 @@ int main(int argc, char** argv) {
     else if (a == "--peer-only") peer_only = true;
     else if (a == "--settled") settled = true;
     else if (a == "--timeline") timeline = true;
-    else if (a == "--dynamic") dynamic = true;
+    else if (a == "--static") dynamic = false;
     else if (a == "--tune" && i + 1 < argc) tune_file = argv[++i];
     else if (a == "--out" && i + 1 < argc) out_dir = argv[++i];
     else if (a == "--shape" && i + 1 < argc) only_shape = argv[++i];
@@ -492,7 +493,7 @@ int main(int argc, char** argv) {
   else
     std::printf("peer cublasLt-fp8: unavailable (%s)\n", lt.error.c_str());
   if (settled) std::printf("decode: settled counts (MoeW4A8Chain::counts_settled), the decode chain's W2 path\n");
-  if (const char* e = std::getenv("MOESERVE_W4A8_DYNAMIC"); e && std::string(e) == "1") dynamic = true;
+  if (const char* e = std::getenv("MOESERVE_W4A8_DYNAMIC"); e && std::string(e) == "0") dynamic = false;
   cuda::MoeW4A8Chain decode_chain, prefill_chain;
   decode_chain.counts_settled = settled;
   if (dynamic) {
@@ -500,6 +501,8 @@ int main(int argc, char** argv) {
     CK(cudaMemset(counter, 0, sizeof(int)));
     decode_chain.item_counter = prefill_chain.item_counter = counter;
     std::printf("work items from a counter (MoeW4A8Chain::item_counter)\n");
+  } else {
+    std::printf("work items in the fixed order (--static)\n");
   }
   std::mt19937 rng(12345);
   // Routings: uniform and Zipf(1.1) always; with --routing FILE also a recorded run's load shares.

@@ -129,10 +129,10 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   }
   moe_barrier_ = DeviceArray<uint32_t>(2, "MoE grid barrier");
   moe_barrier_.fill_bytes(0);
-  // MOESERVE_W4A8_DYNAMIC=1: the W4A8 GEMMs take work items from a counter (MoeW4A8Chain::item_counter; A/B runs
-  // until it is measured). One counter serves all of them: they run one after another on the main stream, and each
+  // The W4A8 GEMMs take work items from a counter (MoeW4A8Chain::item_counter; MOESERVE_W4A8_DYNAMIC=0: the fixed
+  // order, for A/B runs). One counter serves all of them: they run one after another on the main stream, and each
   // leaves it at 0.
-  if (const char* e = std::getenv("MOESERVE_W4A8_DYNAMIC"); e && std::string(e) == "1") {
+  if (const char* e = std::getenv("MOESERVE_W4A8_DYNAMIC"); !e || std::string(e) != "0") {
     w4a8_item_counter_ = DeviceArray<int>(1, "W4A8 work item counter");
     w4a8_item_counter_.fill_bytes(0);
   }

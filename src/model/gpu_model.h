@@ -187,7 +187,7 @@ class GpuModel {
   bool w13_settled_ids_ = true;
   // The dispatch table's splits by expert load (cuda::MoeW4A8Split) in the W4A8 GEMMs; MOESERVE_W4A8_SPLIT=0: none.
   bool w4a8_split_ = true;
-  // MOESERVE_W4A8_DYNAMIC=1: the W4A8 GEMMs' work-item counter (MoeW4A8Chain::item_counter); empty otherwise.
+  // The W4A8 GEMMs' work-item counter (MoeW4A8Chain::item_counter); empty under MOESERVE_W4A8_DYNAMIC=0.
   cuda::DeviceArray<int> w4a8_item_counter_;
   // Steps of at least this many tokens score the indexer on tensor cores under the checkpoint numerics
   // (cuda::indexer_scores_bf16; MOESERVE_IDX_BF16_MIN_T overrides for A/B runs). One token stays on the fp32

@@ -218,8 +218,9 @@ struct Cfg {
   // bytes) and ran 2-9 % slower, so they keep the per-column loads (moe-w4a8.md, forty-second session).
   static constexpr bool kFragSa = WG >= 2 && BN >= 96 && BN <= 128;
   // Work items from MoeW4A8Chain::item_counter: the configs whose copier warps (kFragSa) walk the items too keep the
-  // fixed order.
-  static constexpr bool kDynamicItems = !kFragSa;
+  // fixed order, and so does the 160-token tile, whose registers the code for it rearranged (12 % slower with the
+  // counter unused, V4-Flash W13 at 32K tokens; moe-w4a8.md, forty-fifth session).
+  static constexpr bool kDynamicItems = !kFragSa && BN != 160;
   static constexpr int kFsRow = SUB / 4 + 4, kFsSub = 4 * kFsRow, kFsGroup = H * kFsSub;  // floats
   static constexpr int kFsBytes = kFragSa ? ((G * kFsGroup * 4 + 127) / 128) * 128 : 0;
   static constexpr int kFsOffset = kActBytes + kSaBytes + kWBytes;
