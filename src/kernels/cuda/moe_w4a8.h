@@ -85,9 +85,10 @@ MoeW4A8Split moe_w4a8_pick_split_for(const char* gpu, int E, int N, int K, int s
 //    them itself, before pdl_wait, instead of reading counts (which its predecessor is still writing), and takes the
 //    settled path. The counts it derives are the placement's (the same ids, expert order).
 //  - item_counter: a device int, 0 before the first launch that uses it (cudaMemset), for the launches of one stream
-//    only: each CTA takes its first work item by its index and the next ones from this counter as it goes (the
-//    configs without copier warps; the others keep the fixed order), so that CTAs that progress faster take more
-//    items and the launch's tail shortens. The launch leaves it 0 again (graphs replay). Same results, bit for bit.
+//    only: when a launch has more work items than CTAs, each CTA takes its first item by its index and the next ones
+//    from this counter as it finishes issuing the previous one's loads, so that CTAs that progress faster take more
+//    items (the configs without copier warps, but the 160-token tile; the others keep the fixed order). The launch
+//    leaves it 0 again (graphs replay). Same results, bit for bit.
 struct MoeW4A8Chain {
   const MoeW4A8Weights* prefetch_next = nullptr;
   unsigned prefix_bytes = 0;  // per 64-row block of the next weights, multiple of 16 (moe_w4a8_prefetch_prefix)
