@@ -3,8 +3,9 @@
 # bench_gpu_moe_w4a8_base, VARIANTS="NAME=COMMIT" adds bench_gpu_moe_w4a8_NAME): A/B of W4A8 GEMM builds by their
 # tuning sweeps, in interleaved rounds within one call, compared by tools/w4a8_sweep_ab.py (each config's minimum
 # over the rounds; best config against best config, and config by config). The first build is the baseline.
-# Usage: bash scripts/device-w4a8-ab.sh --prebuilt DIR|FILE.tar.xz [--rounds N] [--routing uniform|zipf|all]
+# Usage: bash scripts/device-w4a8-ab.sh --prebuilt DIR|FILE.tar.xz [--rounds N] [--routing uniform|zipf|all] [--picks]
 #                                      [-- BENCH_ARGS... @] BINARY[=ENV=VALUE[,ENV=VALUE...]] ...
+#   --picks compares what each build's dispatch table picks instead of each build's best config (two tables).
 #   e.g. bash scripts/device-w4a8-ab.sh --prebuilt .device-bin.tar.xz --rounds 3 -- --decode 1,4,16 --prefill - \
 #          --settled @ bench_gpu_moe_w4a8_base bench_gpu_moe_w4a8 bench_gpu_moe_w4a8=X=1
 #   BENCH_ARGS (between -- and @) go to every run after `--tune FILE`; a BINARY=... entry runs that binary under the
@@ -16,11 +17,12 @@ mkdir -p "$OUT"
 if [ "${1:-}" != "--prebuilt" ]; then echo "usage: $0 --prebuilt DIR|FILE.tar.xz [--rounds N] [-- ARGS... @] BINARY..." >&2; exit 2; fi
 PREBUILT=$2
 shift 2
-ROUNDS=2 ROUTING=uniform
+ROUNDS=2 ROUTING=uniform PICKS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
     --routing) ROUTING=$2; shift 2 ;;
+    --picks) PICKS=--picks; shift ;;
     --) shift; break ;;
     *) break ;;
   esac
@@ -52,7 +54,7 @@ shift
 for entry in "$@"; do
   echo "== $entry against $base ($ROUNDS rounds, routing $ROUTING)"
   python3 tools/w4a8_sweep_ab.py --base "$OUT/w4a8ab_$(slug "$base").r*.log" --new "$OUT/w4a8ab_$(slug "$entry").r*.log" \
-    --routing "$ROUTING"
+    --routing "$ROUTING" $PICKS
 done
 rm -f "$OUT"/table_*.inc
 bash scripts/pack-out.sh  # more than 8 files under $OUT would not all come back
