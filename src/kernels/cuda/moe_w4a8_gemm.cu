@@ -263,7 +263,8 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   uint64_t* fs_bar = empty_bar + S;  // C::kFragSa: the stage's scales in fragment order (each copier thread arrives)
   int* item_start = reinterpret_cast<int*>(fs_bar + S);  // [E + 1]
   // Dynamic items: the producer writes each item's index at its first stage (before the stage's arrive, whose
-  // release the consumers' wait acquires), -1 after the last; rewritten only once the stage is released.
+  // release the consumers' wait acquires), -1 after the last; rewritten only once the stage is released. The consumers
+  // read it for every item but a CTA's first, which they take by its index.
   __shared__ int stage_item[S];
   int* row_start = item_start + kMaxExperts + 1;            // [E]
   int* cnt = row_start + kMaxExperts;                       // [E]
@@ -442,7 +443,6 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     if (p.counts_settled) {
       if (int(blockIdx.x) < total_items) {
         const Item x = item_of(blockIdx.x);
-        if (dynamic) stage_item[0] = int(blockIdx.x);
         early = min(S, n_chunks);
         for (int kc = 0; kc < early; ++kc) {
           mbar_arrive_expect_tx(&full_bar[kc], kTxBytes);
