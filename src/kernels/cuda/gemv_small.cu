@@ -15,6 +15,11 @@
 // lane l takes the row's 16-byte pieces l, l + 32, ...) while later chunks are in flight, and what is left after
 // the last byte is one chunk's arithmetic. x is loaded after the wait and staged chunk-interleaved in shared memory
 // (the FP8 activation simulation per 128 values on the way) so that the lanes' float4 reads are conflict-free.
+// A block of a single chunk (up to 8 rows: matrices of up to ~1056 rows) would leave all its arithmetic after the last
+// byte, so its BF16 rows are copied in SL slices of 2 KB along K instead (one copy per row and slice, a barrier per
+// slice), and the warps work on slice s while later ones land; the pieces are summed in the same order either way.
+// (H200, the BF16 1024 x 4096 row: 3.17-3.20 against 3.25-3.28 us; FP8 rows of 4 KB in slices of 1 KB were slower,
+// 3.03-3.07 against 2.72-2.75 us, so FP8 keeps whole chunks.)
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -50,6 +55,20 @@ bool with_pieces(int pieces, F&& f) {
 }
 bool pieces_supported(int pieces) {
   return with_pieces(pieces, [](auto) {});
+}
+
+// K slices of a block of one chunk: BF16 rows in slices of 2 KB or more (four rounds of 512 bytes, 16 a lane), at
+// most 4; FP8 rows whole.
+constexpr int slices_of(bool fp8, int pieces) {
+  return fp8 ? 1 : pieces >= 16 && pieces % 4 == 0 ? 4 : pieces >= 8 && pieces % 2 == 0 ? 2 : 1;
+}
+// Whether a launch of `chunks` chunks per block takes slices_of (MOESERVE_GEMV_SMALL_SLICES=0: never, for A/B runs).
+bool sliced(int chunks) {
+  static const bool off = [] {
+    const char* e = std::getenv("MOESERVE_GEMV_SMALL_SLICES");
+    return e && std::string(e) == "0";
+  }();
+  return !off && chunks == 1;
 }
 
 // Whether the next launch may start before this one's wait (MOESERVE_GEMV_SMALL_EARLY=1; default after it, as the
@@ -100,18 +119,22 @@ Plan plan_for(const GemvArgs& a) {
   return pl;
 }
 
-template <bool FP8, bool ACT8, int P>
+// SL: K slices per chunk (1, or slices_of for a block of one chunk).
+template <bool FP8, bool ACT8, int P, int SL>
 __global__ void __launch_bounds__(kThreads, 2) gemv_small_kernel(GemvArgs a, int R, bool early) {
+  static_assert(P % SL == 0, "whole pieces per slice");
+  constexpr int PS = P / SL;         // pieces per lane and slice
   constexpr int VEC = FP8 ? 16 : 8;  // weights per 16-byte piece
   constexpr int kBytes = FP8 ? 1 : 2;
   constexpr int NJ = VEC / 4;        // float4s of x per piece
   extern __shared__ __align__(128) uint8_t smem[];  // [R rows of weights][R x scale_ld scales][x][R x 32 partials]
-  __shared__ uint64_t full[kMaxChunks + 1];         // chunk c, then the scales
+  __shared__ uint64_t full[kMaxChunks + 1];         // chunk c's slice s at c * SL + s, then the scales
   const int p = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int K = a.K, N = a.N, rb = K * kBytes, chunks16 = K / VEC;
   const int n0 = blockIdx.x * R;
   const int rows = min(R, N - n0);  // > 0: the grid has no empty block
   const int nchunks = (rows + kChunkRows - 1) / kChunkRows;
+  const int nbars = nchunks * SL;  // SL > 1 only for nchunks == 1 (sliced)
   const size_t w_bytes = size_t(R) * rb;
   const size_t s_bytes = FP8 ? (size_t(R) * a.scale_ld * 4 + 15) / 16 * 16 : 0;
   float* ss = reinterpret_cast<float*>(smem + w_bytes);
@@ -120,21 +143,30 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_small_kernel(GemvArgs a, int
 
   // Weights and scales are not written by earlier kernels: every copy goes out before the wait.
   if (threadIdx.x == 0) {
-    for (int c = 0; c <= nchunks; ++c) hopper::mbar_init(&full[c], 1);
+    for (int c = 0; c <= nbars; ++c) hopper::mbar_init(&full[c], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     const char* w = static_cast<const char*>(a.w) + (size_t(p) * a.w_stride + size_t(n0) * K) * kBytes;
     if constexpr (FP8) {  // the rows' scales first: every chunk needs them
       const float* rs = a.row_scale + size_t(p) * a.scale_stride + size_t(n0) * a.scale_ld;
       const uint32_t sb = uint32_t(rows) * a.scale_ld * 4;
       const uint32_t sb16 = sb / 16 * 16;
-      hopper::mbar_arrive_expect_tx(&full[nchunks], sb16);
-      if (sb16) hopper::bulk_load(ss, rs, sb16, &full[nchunks]);
+      hopper::mbar_arrive_expect_tx(&full[nbars], sb16);
+      if (sb16) hopper::bulk_load(ss, rs, sb16, &full[nbars]);
       for (uint32_t i = sb16 / 4; i < sb / 4; ++i) ss[i] = __ldg(rs + i);  // a tail under 16 bytes
     }
-    for (int c = 0; c < nchunks; ++c) {
-      const uint32_t bytes = uint32_t(min(kChunkRows, rows - c * kChunkRows)) * rb;
-      hopper::mbar_arrive_expect_tx(&full[c], bytes);
-      hopper::bulk_load(smem + size_t(c) * kChunkRows * rb, w + size_t(c) * kChunkRows * rb, bytes, &full[c]);
+    if constexpr (SL == 1) {
+      for (int c = 0; c < nchunks; ++c) {
+        const uint32_t bytes = uint32_t(min(kChunkRows, rows - c * kChunkRows)) * rb;
+        hopper::mbar_arrive_expect_tx(&full[c], bytes);
+        hopper::bulk_load(smem + size_t(c) * kChunkRows * rb, w + size_t(c) * kChunkRows * rb, bytes, &full[c]);
+      }
+    } else {  // one chunk: slice s of every row, then slice s + 1 (each slice's bytes of a row are contiguous)
+      const uint32_t sb = uint32_t(rb / SL);
+      for (int sl = 0; sl < SL; ++sl) {
+        hopper::mbar_arrive_expect_tx(&full[sl], uint32_t(rows) * sb);
+        for (int r = 0; r < rows; ++r)
+          hopper::bulk_load(smem + size_t(r) * rb + sl * sb, w + size_t(r) * rb + sl * sb, sb, &full[sl]);
+      }
     }
   }
   pdl_begin(early);
@@ -142,38 +174,41 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_small_kernel(GemvArgs a, int
   // x, chunk-interleaved: float4 j of 16-byte piece c at [j * chunks16 + c].
   stage_x_interleaved<VEC, ACT8>(a.x + size_t(p) * a.x_stride, K, xs4);
   __syncthreads();  // x staged; the barriers' init visible to every thread
-  if constexpr (FP8) hopper::mbar_wait(&full[nchunks], 0);
+  if constexpr (FP8) hopper::mbar_wait(&full[nbars], 0);
 
   // Chunk c: warp w takes row c * 8 + w; its lanes the row's 16-byte pieces lane + 32 i. What follows a chunk's
   // last byte is short chains: the P pieces' loads go out together, each piece's products are summed in four
   // independent chains, and the lane's partial goes to shared memory (the rows' warp sums come after the last
   // chunk, all at once) instead of five dependent shuffles per row.
+  // With slices, slice s holds the pieces lane + 32 i of i in [s PS, (s + 1) PS): the same order of i as one slice.
   for (int c = 0; c < nchunks; ++c) {
     const int r = c * kChunkRows + warp;
-    hopper::mbar_wait(&full[c], 0);
-    if (r >= rows) continue;
     const uint32_t row_addr = hopper::smem_addr(smem + size_t(r) * rb);
-    uint4 wq[P];
-#pragma unroll
-    for (int i = 0; i < P; ++i) wq[i] = hopper::lds128(row_addr + 16u * (lane + 32 * i));
     float acc = 0.0f;
+    for (int sl = 0; sl < SL; ++sl) {
+      hopper::mbar_wait(&full[c * SL + sl], 0);
+      if (r >= rows) continue;
+      uint4 wq[PS];
 #pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const int piece = lane + 32 * i;
-      float xv[VEC], wf[VEC];
+      for (int i = 0; i < PS; ++i) wq[i] = hopper::lds128(row_addr + 16u * (lane + 32 * (sl * PS + i)));
 #pragma unroll
-      for (int v = 0; v < NJ; ++v) {
-        const float4 q = xs4[v * chunks16 + piece];
-        xv[4 * v] = q.x, xv[4 * v + 1] = q.y, xv[4 * v + 2] = q.z, xv[4 * v + 3] = q.w;
+      for (int i = 0; i < PS; ++i) {
+        const int piece = lane + 32 * (sl * PS + i);
+        float xv[VEC], wf[VEC];
+#pragma unroll
+        for (int v = 0; v < NJ; ++v) {
+          const float4 q = xs4[v * chunks16 + piece];
+          xv[4 * v] = q.x, xv[4 * v + 1] = q.y, xv[4 * v + 2] = q.z, xv[4 * v + 3] = q.w;
+        }
+        unpack_weights<FP8>(wq[i], wf);
+        float q4[4] = {xv[0] * wf[0], xv[1] * wf[1], xv[2] * wf[2], xv[3] * wf[3]};
+#pragma unroll
+        for (int v = 4; v < VEC; ++v) q4[v & 3] = fmaf(xv[v], wf[v], q4[v & 3]);
+        const float part = (q4[0] + q4[1]) + (q4[2] + q4[3]);
+        acc = FP8 ? fmaf(part, ss[size_t(r) * a.scale_ld + piece * VEC / 128], acc) : acc + part;
       }
-      unpack_weights<FP8>(wq[i], wf);
-      float q4[4] = {xv[0] * wf[0], xv[1] * wf[1], xv[2] * wf[2], xv[3] * wf[3]};
-#pragma unroll
-      for (int v = 4; v < VEC; ++v) q4[v & 3] = fmaf(xv[v], wf[v], q4[v & 3]);
-      const float part = (q4[0] + q4[1]) + (q4[2] + q4[3]);
-      acc = FP8 ? fmaf(part, ss[size_t(r) * a.scale_ld + piece * VEC / 128], acc) : acc + part;
     }
-    partials[r * 32 + lane] = acc;
+    if (r < rows) partials[r * 32 + lane] = acc;
   }
   __syncthreads();
 
@@ -196,16 +231,24 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_small_kernel(GemvArgs a, int
   }
 }
 
-template <bool FP8, bool ACT8, int P>
-cudaError_t launch_pieces(const GemvArgs& a, const Plan& pl, cudaStream_t stream) {
+template <bool FP8, bool ACT8, int P, int SL>
+cudaError_t launch_slices(const GemvArgs& a, const Plan& pl, cudaStream_t stream) {
   static const bool configured = [] {
-    cudaFuncSetAttribute(gemv_small_kernel<FP8, ACT8, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
+    cudaFuncSetAttribute(gemv_small_kernel<FP8, ACT8, P, SL>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
     return true;
   }();
   (void)configured;
   const dim3 grid((a.N + pl.rows - 1) / pl.rows, a.problems);
-  return dev::launch(gemv_small_kernel<FP8, ACT8, P>, grid, dim3(kThreads), pl.smem, stream, a, pl.rows,
+  return dev::launch(gemv_small_kernel<FP8, ACT8, P, SL>, grid, dim3(kThreads), pl.smem, stream, a, pl.rows,
                      release_early());
+}
+
+template <bool FP8, bool ACT8, int P>
+cudaError_t launch_pieces(const GemvArgs& a, const Plan& pl, cudaStream_t stream) {
+  constexpr int kSl = slices_of(FP8, P);
+  if constexpr (kSl > 1)
+    if (sliced(pl.rows / kChunkRows)) return launch_slices<FP8, ACT8, P, kSl>(a, pl, stream);
+  return launch_slices<FP8, ACT8, P, 1>(a, pl, stream);
 }
 
 template <bool FP8, bool ACT8>

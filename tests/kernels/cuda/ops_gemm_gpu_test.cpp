@@ -258,7 +258,9 @@ TEST(CudaGemm, OneBatchGemvSmallMatrices) {
   struct Shape { int N, K, problems, leave_sms; const char* name; };
   for (Shape s : {Shape{1026, 1536, 3, 0, "pro wq_b-like K"}, Shape{37, 4096, 1, 0, "few rows"},
                   Shape{4096, 2048, 1, 0, "flash w2"}, Shape{4096, 2048, 1, 33, "flash w2 beside a branch"},
-                  Shape{8190, 1024, 1, 0, "indexer wq_b-like"}, Shape{130, 7168, 2, 0, "pro K"}})
+                  Shape{8190, 1024, 1, 0, "indexer wq_b-like"}, Shape{130, 7168, 2, 0, "pro K"},
+                  Shape{1024, 4096, 1, 0, "wo_a group"}, Shape{500, 2048, 2, 0, "two slices"}})
+    // (8 rows a block: BF16 rows copied in K slices, four of 2 KB for K = 4096, two for K = 2048.)
     for (bool fp8 : {false, true}) {
       if (!fp8 && s.K > 4096) continue;  // BF16 rows of more than 8 KB: not its case (below)
       for (bool act8 : {false, true})
