@@ -154,6 +154,24 @@ __device__ __forceinline__ int expert_of_item(const int* item_start, int E, int 
   return lo;
 }
 
+// Where work item `it` lies: expert e's block nbt of 64 WG weight rows and token tile tt (of BN rows, the
+// first at row0 of the activations). One definition for the producer, the copiers and the consumers, which must agree.
+struct WorkItem {
+  int e, nbt, tt, row0;
+};
+template <int BN>
+__device__ __forceinline__ WorkItem work_item(const int* item_start, const int* cnt, const int* row_start, int E,
+                                              int it) {
+  WorkItem x;
+  x.e = expert_of_item(item_start, E, it);
+  const int ntt = (cnt[x.e] + BN - 1) / BN;  // the expert's token tiles
+  const int local = it - item_start[x.e];
+  x.nbt = local / ntt;
+  x.tt = local % ntt;
+  x.row0 = row_start[x.e] + x.tt * BN;
+  return x;
+}
+
 // The first M of an array's N elements, as an array (a narrower wgmma's accumulators).
 template <int M, int N>
 __device__ __forceinline__ float (&first_of(float (&a)[N]))[M] {
@@ -388,10 +406,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
         int stage = 0;
         uint32_t phase = 0;
         for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
-          const int e = expert_of_item(item_start, p.E, it);
-          const int ntt = (cnt[e] + BN - 1) / BN;
-          const int tt = (it - item_start[e]) % ntt;
-          const uint32_t off = 4u * uint32_t((row_start[e] + tt * BN) & 3);
+          const uint32_t off = 4u * uint32_t(work_item<BN>(item_start, cnt, row_start, p.E, it).row0 & 3);
           for (int kc = 0; kc < n_chunks; ++kc) {
             mbar_wait(&full_bar[stage], phase);
             const uint32_t base = stages_base + uint32_t(stage * C::kStageBytes);
@@ -415,18 +430,11 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     int stage = 0;
     uint32_t phase = 0;
     constexpr uint32_t kTxBytes = uint32_t(G * BN * 128 + G * C::kSaPitch * 4 + WG * G * pack::kChunkBytes);
-    struct Item {
-      int e, nbt, tt, row0;
-      const uint8_t* wsrc;
+    struct Item : WorkItem {
+      const uint8_t* wsrc;  // the expert's packed weights
     };
     auto item_of = [&](int it) {
-      Item x;
-      x.e = expert_of_item(item_start, p.E, it);
-      const int ntt = (cnt[x.e] + BN - 1) / BN;
-      const int local = it - item_start[x.e];
-      x.nbt = local / ntt;
-      x.tt = local % ntt;
-      x.row0 = row_start[x.e] + x.tt * BN;
+      Item x{work_item<BN>(item_start, cnt, row_start, p.E, it), nullptr};
       x.wsrc = p.w + size_t(x.e) * p.expert_bytes;
       return x;
     };
@@ -715,13 +723,12 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   };
   for (int it = int(blockIdx.x) < total_items ? int(blockIdx.x) : dynamic ? item_at_stage() : total_items;
        dynamic ? it >= 0 : it < total_items; it = dynamic ? item_at_stage() : it + int(gridDim.x)) {
-    e = expert_of_item(item_start, p.E, it);
-    const int ntt = (cnt[e] + BN - 1) / BN;
-    const int local = it - item_start[e];
-    const int nbt = local / ntt, tt = local % ntt;
-    const int nb = nbt * WG + wg;
+    const WorkItem item = work_item<BN>(item_start, cnt, row_start, p.E, it);
+    e = item.e;
+    const int tt = item.tt;
+    const int nb = item.nbt * WG + wg;
     const int m_valid = min(BN, cnt[e] - tt * BN);
-    sa_off = (row_start[e] + tt * BN) & 3;
+    sa_off = item.row0 & 3;
     const uint64_t* flags_row = p.flags + (size_t(e) * (p.N / 64) + nb) * p.flag_words;
     flags_lo = flags_row[0];
     // The rows' reference exponents for the epilogue, loaded now: at one work item per CTA (a decode token) the
@@ -792,7 +799,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     // r0 + 8 of tokens 2 t4 and 2 t4 + 1, 32-byte runs per token across a warp). Wider tiles: stage the 64 x BN
     // tile as [token][row] floats, then write whole token rows.
     const float rf0 = pow2_e8m0_minus6(ref0), rf1 = pow2_e8m0_minus6(ref1);
-    const size_t row_base = size_t(row_start[e]) + size_t(tt) * BN;
+    const size_t row_base = size_t(item.row0);
     const int col0 = nb * 64;
     if constexpr (BN == 8) {
 #pragma unroll
