@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool; cuobjdump is there, not on the CPU machine): the SASS of prebuilt binaries, for
+# telling whether two builds compiled a kernel to the same instructions before spending device time on timing them
+# (same-source builds time a few % apart between calls). Writes $OUT/BINARY.sass.xz per binary, only the kernels
+# whose mangled name matches REGEX (default all); given two binaries, also prints tools/sass_diff.py's comparison.
+# Usage: bash scripts/device-sass.sh --prebuilt DIR|FILE.tar.xz [--match REGEX] BINARY [BINARY]
+#   e.g. after BASELINE=COMMIT scripts/device-prepare.sh:
+#   bash scripts/device-sass.sh --prebuilt .device-bin.tar.xz --match moe_w4a8_gemm bench_gpu_moe_w4a8_base bench_gpu_moe_w4a8
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+if [ "${1:-}" != "--prebuilt" ] || [ $# -lt 3 ]; then
+  echo "usage: $0 --prebuilt DIR|FILE.tar.xz [--match REGEX] BINARY [BINARY]" >&2
+  exit 2
+fi
+PREBUILT=$2
+shift 2
+MATCH=.
+if [ "${1:-}" = "--match" ]; then MATCH=$2; shift 2; fi
+# shellcheck source=scripts/prebuilt-env.sh
+source scripts/prebuilt-env.sh
+use_prebuilt "$PREBUILT"
+CUOBJDUMP=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+dumps=()
+for b in "$@"; do
+  # One kernel per "Function :" header; keep the matching ones with their instructions.
+  "$CUOBJDUMP" -sass "$BIN/$b" | awk -v re="$MATCH" '/Function : /{keep = ($0 ~ re)} keep' | xz -T0 >"$OUT/$b.sass.xz"
+  echo "device-sass: $b: $(xzcat "$OUT/$b.sass.xz" | grep -c 'Function : ') kernels matching '$MATCH' -> \$OUT/$b.sass.xz"
+  dumps+=("$OUT/$b.sass.xz")
+done
+if [ ${#dumps[@]} -eq 2 ]; then python3 tools/sass_diff.py "${dumps[0]}" "${dumps[1]}"; fi
