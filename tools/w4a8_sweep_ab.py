@@ -23,20 +23,25 @@ ENTRY = re.compile(r'(\S+)=([\d.]+)')
 PICK = re.compile(r'(\S+)\s+(decode|prefill)\s+(\S+)\s+T=(\d+)\s.*?\bw4a8\s+([\d.]+) us \[([^\]]+)\]')
 
 
-def sweep_minima(files, key=lambda shape, phase, routing, tokens: (shape, phase, routing, tokens)):
-    """{key: {config: min us}} over the sweep lines of `files`; key(shape, phase, routing, tokens) None skips a line."""
-    best = collections.defaultdict(dict)
+def matches(files, pattern):
+    """The match of `pattern` on each line of `files` that it matches, in order."""
     for name in files:
         with open(name, encoding='utf-8', errors='replace') as f:
             for line in f:
-                m = SWEEP.match(line)
-                if not m:
-                    continue
-                k = key(m.group(1), m.group(2), m.group(3), int(m.group(4)))
-                if k is None:
-                    continue
-                for cfg, us in ENTRY.findall(m.group(5)):
-                    best[k][cfg] = min(float(us), best[k].get(cfg, float('inf')))
+                m = pattern.match(line)
+                if m:
+                    yield m
+
+
+def sweep_minima(files, key=lambda shape, phase, routing, tokens: (shape, phase, routing, tokens)):
+    """{key: {config: min us}} over the sweep lines of `files`; key(shape, phase, routing, tokens) None skips a line."""
+    best = collections.defaultdict(dict)
+    for m in matches(files, SWEEP):
+        k = key(m.group(1), m.group(2), m.group(3), int(m.group(4)))
+        if k is None:
+            continue
+        for cfg, us in ENTRY.findall(m.group(5)):
+            best[k][cfg] = min(float(us), best[k].get(cfg, float('inf')))
     return best
 
 
@@ -54,16 +59,11 @@ def minima(pattern):
 def pick_minima(pattern):
     """(shape, phase, routing, T) -> (min us, config) of the table's pick over the result lines of the files."""
     best = {}
-    for name in files_of(pattern):
-        with open(name, encoding='utf-8', errors='replace') as f:
-            for line in f:
-                m = PICK.match(line)
-                if not m:
-                    continue
-                k = (m.group(1), m.group(2), m.group(3), int(m.group(4)))
-                us = float(m.group(5))
-                if k not in best or us < best[k][0]:
-                    best[k] = (us, m.group(6))
+    for m in matches(files_of(pattern), PICK):
+        k = (m.group(1), m.group(2), m.group(3), int(m.group(4)))
+        us = float(m.group(5))
+        if k not in best or us < best[k][0]:
+            best[k] = (us, m.group(6))
     return best
 
 
