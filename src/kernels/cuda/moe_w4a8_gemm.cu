@@ -434,9 +434,8 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       const uint8_t* wsrc;  // the expert's packed weights
     };
     auto item_of = [&](int it) {
-      Item x{work_item<BN>(item_start, cnt, row_start, p.E, it), nullptr};
-      x.wsrc = p.w + size_t(x.e) * p.expert_bytes;
-      return x;
+      const WorkItem wi = work_item<BN>(item_start, cnt, row_start, p.E, it);
+      return Item{wi, p.w + size_t(wi.e) * p.expert_bytes};
     };
     auto load_weights = [&](const Item& x, int kc, uint8_t* st, uint64_t* bar) {
 #pragma unroll
