@@ -24,9 +24,19 @@ use_prebuilt "$PREBUILT"
 CUOBJDUMP=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
 dumps=()
 for b in "$@"; do
+  # A missing binary or a failed dump is an error, not an empty dump that then compares as "0 kernels identical"
+  # (the first run on the GPU machine, without the carried binaries, printed just that and exited 0).
+  if [ ! -f "$BIN/$b" ]; then echo "device-sass: $b: no such binary in $BIN" >&2; exit 1; fi
   # One kernel per "Function :" header; keep the matching ones with their instructions.
-  "$CUOBJDUMP" -sass "$BIN/$b" | awk -v re="$MATCH" '/Function : /{keep = ($0 ~ re)} keep' | xz -T0 >"$OUT/$b.sass.xz"
-  echo "device-sass: $b: $(xzcat "$OUT/$b.sass.xz" | grep -c 'Function : ') kernels matching '$MATCH' -> \$OUT/$b.sass.xz"
+  if ! "$CUOBJDUMP" -sass "$BIN/$b" >"$OUT/$b.sass"; then
+    echo "device-sass: $b: cuobjdump failed" >&2
+    exit 1
+  fi
+  awk -v re="$MATCH" '/Function : /{keep = ($0 ~ re)} keep' "$OUT/$b.sass" | xz -T0 >"$OUT/$b.sass.xz"
+  rm -f "$OUT/$b.sass"
+  n=$(xzcat "$OUT/$b.sass.xz" | grep -c 'Function : ')
+  echo "device-sass: $b: $n kernels matching '$MATCH' -> \$OUT/$b.sass.xz"
+  if [ "$n" -eq 0 ]; then echo "device-sass: $b: no kernel matches '$MATCH'" >&2; exit 1; fi
   dumps+=("$OUT/$b.sass.xz")
 done
 if [ ${#dumps[@]} -eq 2 ]; then python3 tools/sass_diff.py "${dumps[0]}" "${dumps[1]}"; fi
