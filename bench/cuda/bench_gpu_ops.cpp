@@ -136,6 +136,11 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
                bytes, flops, kFp32, false);
         if (fp8) report("gemv_small fp8 act8 (direct)", shape, time_gemv(cuda::gemv_small, true), bytes, flops, kFp32, false);
       }
+      if (cuda::gemv_small_tc_rows_per_block(a) > 0) {  // its FP8 rows on tensor cores (MOESERVE_GEMV_TC=1 routes)
+        report("gemv_small tc fp8 (direct)", shape, time_gemv(cuda::gemv_small_tc, false), bytes, flops, kFp32, false);
+        report("gemv_small tc fp8 act8 (direct)", shape, time_gemv(cuda::gemv_small_tc, true), bytes, flops, kFp32,
+               false);
+      }
     }
     if (fp8 && M >= 2 && cuda::gemm_bf16_fp8w_skinny_fits(M, N, K)) {
       // The exact kernels' FP8 linear at 2-64 rows (GpuModel::linear): x as three bf16 terms on BF16 tensor cores.

@@ -243,6 +243,7 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   // One row over a small BF16 matrix: the bulk-copy kernel where it measured faster (gemv_small_preferred); over
   // other FP8 weights: the streaming kernel (MOESERVE_GEMV_STREAM=0 keeps this one-pass kernel, for A/B runs).
   if (gemv_small_preferred(a)) return gemv_small(a, stream);
+  if (gemv_small_tc_preferred(a)) return gemv_small_tc(a, stream);
   static const bool stream_on = [] {
     const char* e = std::getenv("MOESERVE_GEMV_STREAM");
     return !(e && std::string(e) == "0");

@@ -72,6 +72,18 @@ cuda::GemvArgs tiny_bf16_args(int K, int M) {
   return a;
 }
 
+// Args of an N x K problem of M rows whose every pointer is `dummy` (16-byte aligned, never read): for the one-row
+// kernels' refusal and rows-per-block checks.
+cuda::GemvArgs shape_args(const float* dummy, bool fp8, int N, int K, int M) {
+  cuda::GemvArgs a = tiny_bf16_args(K, M);
+  a.wtype = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
+  a.N = N;
+  a.w = a.x = a.row_scale = dummy;
+  a.y = const_cast<float*>(dummy);
+  a.scale_ld = (K + 127) / 128;
+  return a;
+}
+
 TEST(CudaGemm, SkinnyGemmDenseBf16AndFp8) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
@@ -286,15 +298,7 @@ TEST(CudaGemm, OneBatchGemvSmallMatrices) {
   // Not its case: refused. Two rows; a BF16 row of 7168 (14 KB); 4096 x 8192 FP8 (wo_b: 256 KB per block); rows
   // not a multiple of 512 bytes.
   auto dummy = dev(std::vector<float>(64));
-  auto shape = [&](bool fp8, int N, int K, int M) {
-    cuda::GemvArgs a = tiny_bf16_args(K, M);
-    a.wtype = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
-    a.N = N;
-    a.w = a.x = a.row_scale = dummy.data();
-    a.y = dummy.data();
-    a.scale_ld = (K + 127) / 128;
-    return a;
-  };
+  auto shape = [&](bool fp8, int N, int K, int M) { return shape_args(dummy.data(), fp8, N, K, M); };
   EXPECT_EQ(cuda::gemv_small_rows_per_block(shape(true, 4096, 2048, 2)), 0);
   EXPECT_EQ(cuda::gemv_small_rows_per_block(shape(false, 1024, 7168, 1)), 0);
   EXPECT_EQ(cuda::gemv_small_rows_per_block(shape(true, 4096, 8192, 1)), 0);
@@ -307,6 +311,54 @@ TEST(CudaGemm, OneBatchGemvSmallMatrices) {
   EXPECT_FALSE(cuda::gemv_small_preferred(shape(true, 4096, 4096, 1)));   // shared w13: 128 KB per block
   EXPECT_FALSE(cuda::gemv_small_preferred(shape(true, 512, 4096, 1)));    // wkv: 64 blocks
   EXPECT_EQ(cuda::gemv_small(shape(true, 4096, 2048, 2), nullptr), cudaErrorInvalidValue);
+}
+
+// gemv_small's FP8 rows on tensor cores (gemv_small_tc), called directly: the V4-Flash shapes it is built for (shared
+// w2, the indexer's wq_b, wq_a), a last block of one row and one of 12, accumulate, the FP8 activation simulation (bit
+// for bit the kernel fed pre-simulated x, whose exact f16 terms then hold one term each), x over 120 binades between
+// blocks and 20 within one (the four f16 terms) and one block near 2^-100 alone; and the shapes it refuses.
+TEST(CudaGemm, OneBatchGemvSmallTensorCores) {
+  SKIP_WITHOUT_GPU();
+  auto g = seeded();
+  const int sms = cuda::device_info().multiprocessors;
+  struct Shape { int N, K; const char* name; };
+  for (Shape s : {Shape{4096, 2048, "flash shared w2"}, Shape{8192, 1024, "indexer wq_b"}, Shape{1024, 4096, "wq_a"},
+                  Shape{4001, 2048, "a last block of one row"}, Shape{300, 1024, "few rows"}})
+    for (bool act8 : {false, true})
+      check_one_row_kernel(
+          std::string("gemv_small_tc ") + s.name, s.N, s.K, 1, true, act8, 0, g,
+          [&](const cuda::GemvArgs& a, const std::string& what) {
+            const int rows = cuda::gemv_small_tc_rows_per_block(a);
+            EXPECT_GT(rows, 0) << what;
+            EXPECT_EQ(rows % 16, 0) << what;
+            if (sms == 132 && s.N == 4096) EXPECT_EQ(rows, 32) << what;  // 128 blocks of 64 KB
+            if (sms == 132 && s.N == 8192) EXPECT_EQ(rows, 64) << what;
+            return rows > 0;
+          },
+          [](const cuda::GemvArgs& a) { return cuda::gemv_small_tc(a, nullptr); });
+  for (XRange range : {XRange::Wide, XRange::OneTinyBlock})
+    for (bool act8 : {false, true})
+      check_one_row_kernel(
+          "gemv_small_tc flash shared w2", 4096, 2048, 1, true, act8, 0, g,
+          [](const cuda::GemvArgs&, const std::string&) { return true; },
+          [](const cuda::GemvArgs& a) { return cuda::gemv_small_tc(a, nullptr); }, range);
+  // Not its case: refused. Two rows; two problems; BF16; K = 1536 and 8192; 4096 x 4096 (128 KB a block); shared w2
+  // with a third of the SMs left to a branch (64 rows, 128 KB a block).
+  auto dummy = dev(std::vector<float>(64));
+  auto shape = [&](bool fp8, int N, int K, int M) { return shape_args(dummy.data(), fp8, N, K, M); };
+  EXPECT_GT(cuda::gemv_small_tc_rows_per_block(shape(true, 4096, 2048, 1)), 0);
+  EXPECT_EQ(cuda::gemv_small_tc_rows_per_block(shape(true, 4096, 2048, 2)), 0);
+  cuda::GemvArgs two_problems = shape(true, 4096, 2048, 1);
+  two_problems.problems = 2;
+  EXPECT_EQ(cuda::gemv_small_tc_rows_per_block(two_problems), 0);
+  EXPECT_EQ(cuda::gemv_small_tc_rows_per_block(shape(false, 1024, 4096, 1)), 0);
+  EXPECT_EQ(cuda::gemv_small_tc_rows_per_block(shape(true, 4096, 1536, 1)), 0);
+  EXPECT_EQ(cuda::gemv_small_tc_rows_per_block(shape(true, 1024, 8192, 1)), 0);
+  EXPECT_EQ(cuda::gemv_small_tc_rows_per_block(shape(true, 4096, 4096, 1)), 0);
+  cuda::GemvArgs beside = shape(true, 4096, 2048, 1);
+  beside.leave_sms = sms / 4;
+  if (sms == 132) EXPECT_EQ(cuda::gemv_small_tc_rows_per_block(beside), 0);
+  EXPECT_EQ(cuda::gemv_small_tc(shape(true, 4096, 2048, 2), nullptr), cudaErrorInvalidValue);
 }
 
 // The grouped low-rank output projection: G problems with strided inputs and outputs (V4-Flash and V4-Pro).
