@@ -21,7 +21,7 @@ cudaError_t gemv_small(const GemvArgs& args, cudaStream_t stream);
 // The same for FP8 weights on FP16 tensor cores (kernels/cuda/gemv_small_tc.cu: the rows by TMA tensor copies with
 // the 128-byte swizzle, mma.sync m16n8k16 on x split into exact f16 terms). Rows per block (16, 32 or 64), or 0
 // when it does not fit: FP8, dense, M == 1, one problem, K = 1024, 2048 or 4096, at most 64 KB of weights per block
-// over the SMs (leave_sms left free), 16-byte aligned x / weights / scales and scale rows.
+// over all SMs (leave_sms does not apply: its blocks are short), 16-byte aligned x / weights / scales and scale rows.
 int gemv_small_tc_rows_per_block(const GemvArgs& args);
 // Whether gemv() routes args there (it fits, and MOESERVE_GEMV_TC=1: opt-in until measured in the layer).
 bool gemv_small_tc_preferred(const GemvArgs& args);

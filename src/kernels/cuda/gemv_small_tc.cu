@@ -65,7 +65,10 @@ Plan plan_for(const GemvArgs& a) {
                     (a.scale_ld * 4) % 16 == 0 && reinterpret_cast<uintptr_t>(a.row_scale) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
   if (!fits) return pl;
-  const int sms = std::max(1, sm_count() - std::max(0, a.leave_sms));
+  // Every SM, leave_sms or not: leave_sms keeps SMs free of persistent GEMVs for the critical path's one-block
+  // kernels, and a block here is short and leaves room beside it (<= 108 registers x 256 threads, ~90 KB); with a
+  // quarter of the SMs left, shared w2's blocks would need 128 KB each and it would not fit.
+  const int sms = std::max(1, sm_count());
   int rows = (a.N + sms - 1) / sms;
   rows = (rows + 15) / 16 * 16;
   if (rows > 64 || size_t(rows) * a.K > size_t(kMaxBlockWeights)) return pl;
