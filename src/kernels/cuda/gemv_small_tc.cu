@@ -37,6 +37,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv_small.h"
 #include "kernels/cuda/hopper.cuh"
+#include "kernels/cuda/mma_sync_bf16.cuh"
 
 namespace moeserve::cuda {
 
@@ -45,6 +46,7 @@ namespace {
 using namespace dev;
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kMaxSmem = 112 * 1024;         // the kernels' shared-memory limit (plan_for's largest: ~106 KB)
 constexpr int kMaxBlockWeights = 64 * 1024;  // R x K bytes per block: two blocks per SM, as gemv_small (the next
                                              // launch's block copies its rows while this one computes)
 constexpr int kTerms = 4;                    // f16 terms of exact fp32 x
@@ -71,9 +73,8 @@ Plan plan_for(const GemvArgs& a) {
   const int sms = std::max(1, sm_count());
   int rows = (a.N + sms - 1) / sms;
   rows = (rows + 15) / 16 * 16;
-  if (rows > 64 || size_t(rows) * a.K > size_t(kMaxBlockWeights)) return pl;
   if (rows == 48) rows = 64;  // compiled for 16, 32 and 64 rows
-  if (size_t(rows) * a.K > size_t(kMaxBlockWeights)) return pl;
+  if (rows > 64 || size_t(rows) * a.K > size_t(kMaxBlockWeights)) return pl;
   pl.rows = rows;
   pl.s_bytes = size_t(rows) * a.scale_ld * 4;
   // 1 KB to align the swizzled boxes, the weights, the scales, x's terms per warp and column block, the partials.
@@ -94,11 +95,6 @@ __device__ __forceinline__ uint32_t e4m3x2_hi(uint32_t v) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v >> 16), __NV_E4M3);
   return uint32_t(h.x) | (uint32_t(h.y) << 16);
 }
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 // c += a (16 x 16 f16, row-major fragment) * b (16 x 8 f16, column-major fragment b0, b1).
 __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                         uint32_t b1) {
@@ -113,7 +109,6 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1,
 // terms t[term][value] and the block's factor.
 template <bool ACT8>
 __device__ __forceinline__ float x_terms(float4 v, float amax, __half (&t)[kTerms][4]) {
-  const float vals[4] = {v.x, v.y, v.z, v.w};
   if constexpr (ACT8) {
     const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
     const float4 q = fp8_round4(v, 1.0f / s);
@@ -129,6 +124,7 @@ __device__ __forceinline__ float x_terms(float4 v, float amax, __half (&t)[kTerm
     const uint32_t eb = __float_as_uint(amax) & 0x7f800000u;
     const float factor = amax == 0.0f ? 1.0f : eb == 0 ? 0x1p-126f : __uint_as_float(eb);
     const float inv = 1.0f / factor;  // a power of two: exact
+    const float vals[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       float r = vals[j] * inv;  // |r| < 2
@@ -276,9 +272,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <bool ACT8, int MT, int CPW>
 cudaError_t launch_tc(const GemvArgs& a, const Plan& pl, cudaStream_t stream) {
   static const cudaError_t configured = cudaFuncSetAttribute(
-      gemv_small_tc_kernel<ACT8, MT, CPW>, cudaFuncAttributeMaxDynamicSharedMemorySize, 112 * 1024);
+      gemv_small_tc_kernel<ACT8, MT, CPW>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
   if (configured != cudaSuccess) return configured;
-  if (pl.smem > 112 * 1024) return cudaErrorInvalidValue;
+  if (pl.smem > size_t(kMaxSmem)) return cudaErrorInvalidValue;
   CUtensorMap map;
   if (!hopper::make_map_2d(&map, a.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, a.N, a.K, 128, 16 * MT))
     return cudaErrorInvalidValue;
