@@ -727,7 +727,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     const int tt = item.tt;
     const int nb = item.nbt * WG + wg;
     const int m_valid = min(BN, cnt[e] - tt * BN);
-    sa_off = item.row0 & 3;
+    // The tile's first row as row_start[e] + tt * BN, here and in the epilogue, not item.row0: with item.row0
+    // ptxas 13.0 serialized bn128_wg2_g1_s4_pf's wgmmas (C7511, from 9ec575b until this was found). This form gives
+    // every config the SASS it had before the WorkItem helper; the ptxas.wgmma_not_serialized test guards the rest.
+    sa_off = (row_start[e] + tt * BN) & 3;
     const uint64_t* flags_row = p.flags + (size_t(e) * (p.N / 64) + nb) * p.flag_words;
     flags_lo = flags_row[0];
     // The rows' reference exponents for the epilogue, loaded now: at one work item per CTA (a decode token) the
@@ -798,7 +801,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     // r0 + 8 of tokens 2 t4 and 2 t4 + 1, 32-byte runs per token across a warp). Wider tiles: stage the 64 x BN
     // tile as [token][row] floats, then write whole token rows.
     const float rf0 = pow2_e8m0_minus6(ref0), rf1 = pow2_e8m0_minus6(ref1);
-    const size_t row_base = size_t(item.row0);
+    const size_t row_base = size_t(row_start[e]) + size_t(tt) * BN;  // not item.row0 (above)
     const int col0 = nb * 64;
     if constexpr (BN == 8) {
 #pragma unroll
