@@ -134,13 +134,14 @@ def histogram(code, table, lo_addr=0, hi_addr=None):
     return counts
 
 
-def innermost_loops(code, table):
-    """(start, end) of backward branches whose range holds no other backward branch's range."""
+def innermost_loops(code, table, min_instructions):
+    """(start, end) of the backward branches spanning at least min_instructions whose range holds no other such
+    range (a spin-wait inside a main loop is smaller than the minimum, so the main loop still counts as innermost)."""
     loops = []
     for addr, lo, hi in words(code):
         if lo & 0xFFF == BRA_OPCODE and table.get(BRA_OPCODE) == "BRA":
             target = branch_target(addr, lo, hi)
-            if target <= addr:
+            if target <= addr and (addr - target) // 16 + 1 >= min_instructions:
                 loops.append((target, addr))
     return [(a, b) for a, b in loops if not any((c, d) != (a, b) and a <= c and d <= b for c, d in loops)]
 
@@ -161,10 +162,9 @@ def cmd_hist(args):
         counts = histogram(code, table)
         print(f"{pretty[n]}\n  {len(code) // 16} instructions: {fmt(counts, args.top)}")
         if args.loops:
-            for a, b in innermost_loops(code, table):
+            for a, b in innermost_loops(code, table, args.min_loop):
                 c = histogram(code, table, a, b)
-                if sum(c.values()) >= args.min_loop:
-                    print(f"  loop {a:#x}-{b:#x}: {sum(c.values())} instructions: {fmt(c, args.top)}")
+                print(f"  loop {a:#x}-{b:#x}: {sum(c.values())} instructions: {fmt(c, args.top)}")
 
 
 def cmd_diff(args):
@@ -222,7 +222,7 @@ def main():
     hist.add_argument("cubin")
     hist.add_argument("-k", "--kernel", help="regex on the (demangled) kernel name")
     hist.add_argument("--loops", action="store_true")
-    hist.add_argument("--min-loop", type=int, default=16, help="smallest loop to print (instructions)")
+    hist.add_argument("--min-loop", type=int, default=16, help="smallest loop to count (instructions; smaller ones, e.g. spin-waits, do not hide the loops around them)")
     hist.add_argument("--top", type=int, default=14)
     diff = sub.add_parser("diff", help="which kernels' code differs between two cubins")
     diff.add_argument("a")
