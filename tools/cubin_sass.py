@@ -7,7 +7,7 @@ maps those opcodes to mnemonics with a table learned from `cuobjdump -sass` list
 (scripts/device-sass.sh), and reads the kernels' .text sections from a cubin compiled here, e.g. the build's
 build/ptxas/*.cubin (tests/kernels/cuda/ptxas_report.sh). Opcodes the table has not seen print as `?xxx`.
 
-  tools/cubin_sass.py learn LISTING... [-o tools/sass_opcodes.json]   # extend the table from listings
+  tools/cubin_sass.py learn LISTING[.xz]... [-o tools/sass_opcodes.json]  # extend the table from listings
   tools/cubin_sass.py hist CUBIN [-k REGEX] [--loops]                 # per kernel: counts, innermost loops
   tools/cubin_sass.py diff CUBIN_A CUBIN_B [-k REGEX]                 # which kernels' code differs
   tools/cubin_sass.py check CUBIN...                                   # every branch lands inside its kernel
@@ -27,7 +27,7 @@ import struct
 import subprocess
 import sys
 
-from sass_diff import ANON  # the anonymous namespace's per-build hash in mangled names
+from sass_diff import ANON, read  # the anonymous namespace's per-build hash in mangled names; plain or .xz listings
 
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sass_opcodes.json")
 LINE = re.compile(r"\s+/\*([0-9a-f]+)\*/\s+(.*?);\s*/\* 0x([0-9a-f]{16}) \*/")
@@ -92,7 +92,7 @@ def cmd_learn(args):
     seen = collections.defaultdict(collections.Counter)
     checked = 0
     for path in args.listings:
-        lines = open(path).read().split("\n")
+        lines = read(path).split("\n")
         for i, line in enumerate(lines):
             m = LINE.match(line)
             if not m:
