@@ -70,11 +70,23 @@ def branch_target(addr, lo, hi):
     return addr + 16 + (high << 10) + (((lo >> 16) & 0xFF) << 2)
 
 
+def read_table(path):
+    return {int(k, 16): v for k, v in json.load(open(path))["opcodes"].items()}
+
+
 def load_table():
     if not os.path.exists(TABLE):
         sys.exit(f"cubin_sass: {TABLE} missing; make it with `learn` from a cuobjdump -sass listing")
-    raw = json.load(open(TABLE))
-    return {int(k, 16): v for k, v in raw["opcodes"].items()}
+    return read_table(TABLE)
+
+
+def branches(code, table):
+    """(address, target) of every BRA in a kernel's code (none when the table does not name BRA's opcode)."""
+    if table.get(BRA_OPCODE) != "BRA":
+        return
+    for addr, lo, hi in words(code):
+        if lo & 0xFFF == BRA_OPCODE:
+            yield addr, branch_target(addr, lo, hi)
 
 
 def demangle(names):
@@ -86,9 +98,7 @@ def demangle(names):
 
 
 def cmd_learn(args):
-    table = {}
-    if os.path.exists(args.output):
-        table = {int(k, 16): v for k, v in json.load(open(args.output))["opcodes"].items()}
+    table = read_table(args.output) if os.path.exists(args.output) else {}
     seen = collections.defaultdict(collections.Counter)
     checked = 0
     for path in args.listings:
@@ -137,12 +147,8 @@ def histogram(code, table, lo_addr=0, hi_addr=None):
 def innermost_loops(code, table, min_instructions):
     """(start, end) of the backward branches spanning at least min_instructions whose range holds no other such
     range (a spin-wait inside a main loop is smaller than the minimum, so the main loop still counts as innermost)."""
-    loops = []
-    for addr, lo, hi in words(code):
-        if lo & 0xFFF == BRA_OPCODE and table.get(BRA_OPCODE) == "BRA":
-            target = branch_target(addr, lo, hi)
-            if target <= addr and (addr - target) // 16 + 1 >= min_instructions:
-                loops.append((target, addr))
+    loops = [(target, addr) for addr, target in branches(code, table)
+             if target <= addr and (addr - target) // 16 + 1 >= min_instructions]
     return [(a, b) for a, b in loops if not any((c, d) != (a, b) and a <= c and d <= b for c, d in loops)]
 
 
@@ -195,20 +201,18 @@ def cmd_check(args):
     bad = 0
     for path in args.cubins:
         kernels = cubin_kernels(path)
-        branches = 0
+        count = 0
         for n, code in kernels.items():
-            for addr, lo, hi in words(code):
-                if lo & 0xFFF == BRA_OPCODE and table.get(BRA_OPCODE) == "BRA":
-                    branches += 1
-                    target = branch_target(addr, lo, hi)
-                    if target < 0 or target >= len(code) or target % 16:
-                        print(f"{path}: {n}: BRA at {addr:#x} decodes to {target:#x}, outside 0..{len(code):#x}")
-                        bad += 1
-        if not kernels or not branches:
+            for addr, target in branches(code, table):
+                count += 1
+                if target < 0 or target >= len(code) or target % 16:
+                    print(f"{path}: {n}: BRA at {addr:#x} decodes to {target:#x}, outside 0..{len(code):#x}")
+                    bad += 1
+        if not kernels or not count:
             print(f"{path}: no kernels or no branches found")
             bad += 1
         else:
-            print(f"{path}: {len(kernels)} kernels, {branches} branches inside their kernels")
+            print(f"{path}: {len(kernels)} kernels, {count} branches inside their kernels")
     sys.exit(1 if bad else 0)
 
 

@@ -278,8 +278,10 @@ bool gemv_small_preferred(const GemvArgs& a) {
   const Plan pl = plan_for(a);
   if (pl.rows == 0) return false;
   const long long blocks = (a.N + pl.rows - 1) / pl.rows * (long long)a.problems;
-  return row_bytes(a) >= 2048 && pl.w_bytes <= 64 * 1024 && blocks * 4 >= 3LL * sm_count();
+  return row_bytes(a) >= 2048 && pl.w_bytes <= 64 * 1024 && gemv_blocks_cover_most_sms(blocks);
 }
+
+bool gemv_blocks_cover_most_sms(long long blocks) { return blocks * 4 >= 3LL * sm_count(); }
 
 cudaError_t gemv_small(const GemvArgs& a, cudaStream_t stream) {
   const Plan pl = plan_for(a);

@@ -17,6 +17,9 @@ int gemv_small_rows_per_block(const GemvArgs& args);
 bool gemv_small_preferred(const GemvArgs& args);
 // cudaErrorInvalidValue when gemv_small_rows_per_block(args) == 0.
 cudaError_t gemv_small(const GemvArgs& args, cudaStream_t stream);
+// Whether `blocks` blocks of rows cover at least 3/4 of the GPU's SMs: both kernels here are routed only then (on
+// fewer blocks the streaming kernel, which spreads every matrix over all SMs, measured faster).
+bool gemv_blocks_cover_most_sms(long long blocks);
 
 // The same for FP8 weights on FP16 tensor cores (kernels/cuda/gemv_small_tc.cu: the rows by TMA tensor copies with
 // the 128-byte swizzle, mma.sync m16n8k16 on x split into exact f16 terms). Rows per block (16, 32 or 64), or 0

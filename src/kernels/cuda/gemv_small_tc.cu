@@ -312,7 +312,7 @@ bool gemv_small_tc_preferred(const GemvArgs& a) {
   }();
   if (!on) return false;
   const Plan pl = plan_for(a);
-  return pl.rows > 0 && (long long)(a.N + pl.rows - 1) / pl.rows * 4 >= 3LL * sm_count();
+  return pl.rows > 0 && gemv_blocks_cover_most_sms((a.N + pl.rows - 1) / pl.rows);
 }
 
 cudaError_t gemv_small_tc(const GemvArgs& a, cudaStream_t stream) {
