@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool): the GPU tests under compute-sanitizer, for what the differential tests cannot
+# see: out-of-bounds or misaligned device accesses (memcheck), shared-memory races (racecheck), barrier misuse
+# (synccheck) and reads of device memory never written (initcheck). The tests poison outputs and compare every
+# element, so a wrong result already fails them; these tools find accesses that happen to give right results.
+# Prints one row per run (tool, filter, tests passed, the sanitizer's summary) and keeps each log under $OUT.
+# Usage: bash scripts/device-sanitize.sh --prebuilt DIR|FILE.tar.xz [TOOL=GTEST_FILTER ...]
+#   Default runs: the table below. SANITIZE_BUDGET (seconds, default 480) bounds the whole script: each run gets what
+#   is left (at most SANITIZE_RUN_MAX, default 200) and a run cut short is reported as such, with the tests it finished.
+#   Needs a Firecracker machine: on gVisor compute-sanitizer refuses the device (library's KINDS.md).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+if [ "${1:-}" != "--prebuilt" ] || [ $# -lt 2 ]; then
+  echo "usage: $0 --prebuilt DIR|FILE.tar.xz [TOOL=GTEST_FILTER ...]" >&2
+  exit 2
+fi
+PREBUILT=$2
+shift 2
+export NCCL_NVLS_ENABLE=0
+# shellcheck source=scripts/prebuilt-env.sh
+source scripts/prebuilt-env.sh
+use_prebuilt "$PREBUILT"
+[ -x "$BIN/test_gpu" ] || { echo "device-sanitize: no test_gpu in $BIN" >&2; exit 1; }
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+[ -x "$CS" ] || { echo "device-sanitize: compute-sanitizer not found" >&2; exit 1; }
+"$CS" --version | tail -1
+
+# The kernels with hand-written shared-memory pipelines (mbarriers, TMA, wgmma) and block-wide exchanges first, at
+# the tests' small shapes; memcheck then over everything but the tests that provoke CUDA errors on purpose
+# (CudaErrors: OOM and a bad launch, which the tool would report as API errors) and the whole-engine and
+# V4-Flash-shaped runs, whose many large launches the tool would slow past the budget.
+KERNELS='MoeW4A8Gpu.GemmLayoutProbe:MoeW4A8Gpu.GemmFlashW2ManyTokenTiles:MoeW4A8Gpu.GemmLargeExponentSpread'
+KERNELS+=':MoeW4A8Gpu.DecodeChain*:CudaAttention.*:CudaKv.*:CudaGemm.OneBatchGemv*:CudaGemm.StreamingGemvOneRow'
+KERNELS+=':CudaGemm.Skinny*:CudaSampling.*:CudaOps.*:CudaMoe.*:CudaMoeFp8OneToken.*'
+runs=("racecheck=$KERNELS" "synccheck=$KERNELS"
+  "memcheck=*-CudaErrors.*:ServeCuda.*:DummyEngine.*:GpuDummy.*"
+  "initcheck=CudaOps.*:CudaKv.*:CudaAttention.*:MoeW4A8Gpu.*:CudaGemm.OneBatchGemv*")
+[ $# -gt 0 ] && runs=("$@")
+
+budget=${SANITIZE_BUDGET:-480}
+run_max=${SANITIZE_RUN_MAX:-200}
+start=$(date +%s)
+rows=()
+i=0
+for r in "${runs[@]}"; do
+  tool=${r%%=*}
+  filter=${r#*=}
+  i=$((i + 1))
+  left=$((budget - ($(date +%s) - start)))
+  if [ "$left" -lt 20 ]; then
+    rows+=("$tool|skipped|budget spent|$filter")
+    continue
+  fi
+  t=$((left < run_max ? left : run_max))
+  log="$OUT/sanitize-$i-$tool.log"
+  extra=()
+  [ "$tool" = racecheck ] && extra=(--racecheck-report all)
+  # --error-exitcode tells the tool's findings apart from a test failure (gtest exits 1) and a timeout (124).
+  timeout "$t" "$CS" --tool "$tool" "${extra[@]}" --print-limit 40 --error-exitcode 86 \
+    "$BIN/test_gpu" --gtest_filter="$filter" >"$log" 2>&1
+  rc=$?
+  passed=$(grep -c '^\[       OK \]' "$log")
+  failed=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)' "$log")
+  skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)' "$log")
+  summary=$(grep -E '(ERROR|RACECHECK|SYNCCHECK|INITCHECK) SUMMARY' "$log" | tail -1 | sed 's/^=* *//')
+  case $rc in
+    0) verdict=clean ;;
+    86) verdict=FINDINGS ;;
+    124) verdict="cut at ${t}s" ;;
+    *) verdict="rc=$rc" ;;
+  esac
+  rows+=("$tool|$verdict|$passed ok, $failed failed, $skipped skipped; ${summary:-no summary}|$filter")
+  # The first findings, for the call's output (the log keeps them all).
+  [ "$rc" = 86 ] && grep -m 12 -E '^=+ +(Invalid|Race|Barrier|Uninitialized|Error|Warning|.*hazard)' "$log"
+done
+echo
+echo "== device-sanitize ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)) =="
+for r in "${rows[@]}"; do
+  echo "$r" | awk -F'|' '{printf "%-10s %-12s %s\n", $1, $2, $3}'
+done
+bash scripts/pack-out.sh
