@@ -11,17 +11,18 @@ that is worth its spills writes a new budget in the same commit (`write`), which
   ptxas_budget.py check BUDGET LOG...
 """
 import re
-import shutil
-import subprocess
 import sys
 
-# The anonymous namespace's name holds hashes (of the source, its path): the same kernel of two checkouts or two
-# versions of its file must match. Replaced by zeros of the same length, so that the name still demangles.
-ANON = re.compile(r'(_GLOBAL__N__)([0-9a-f]+)(_\d+_\w+?_)([0-9a-f]{8})')
+from cubin_sass import demangle as cxxfilt  # c++filt over a list of names (the names unchanged without it)
+from sass_diff import ANON
 
 
 def normalize(name):
-    return ANON.sub(lambda m: m.group(1) + '0' * len(m.group(2)) + m.group(3) + '0' * 8, name)
+    """The name with the anonymous namespace's hashes as zeros of the same length (so that it still demangles): the
+    same kernel of two checkouts or two versions of its file then has one name."""
+    return ANON.sub(lambda m: m.group(1) + '0' * len(m.group(2)) + m.group(3) + '0' * len(m.group(4)), name)
+
+
 ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 FRAME = re.compile(r'(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads')
 REGS = re.compile(r'Used (\d+) registers')
@@ -31,7 +32,7 @@ def parse(paths):
     """{normalized kernel name: (spill stores, spill loads, stack frame, registers)} of ptxas -v reports."""
     out = {}
     for path in paths:
-        name, frame = None, None
+        name, frame, found = None, None, 0
         with open(path, errors='replace') as f:
             for line in f:
                 m = ENTRY.search(line)
@@ -46,20 +47,16 @@ def parse(paths):
                 if m and name:
                     out[name] = frame + (int(m.group(1)),)
                     name = None
-        if not out:
+                    found += 1
+        if not found:
             sys.exit(f'ptxas_budget: {path}: no kernels (not a ptxas -v report?)')
     return out
 
 
 def demangle(names):
     """{mangled: short readable name}: c++filt's, without namespaces, return type and parameters."""
-    if not shutil.which('c++filt'):
-        return {n: n for n in names}
-    res = subprocess.run(['c++filt'], input='\n'.join(names), capture_output=True, text=True)
-    if res.returncode != 0:
-        return {n: n for n in names}
     short = {}
-    for n, d in zip(names, res.stdout.splitlines()):
+    for n, d in zip(names, cxxfilt(names)):
         for prefix in ('(anonymous namespace)::', 'moeserve::cuda::', 'moeserve::'):
             d = d.replace(prefix, '')
         short[n] = re.sub(r'\([^()]*\)$', '', d.removeprefix('void '))  # the parameter list

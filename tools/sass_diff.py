@@ -17,7 +17,9 @@ import re
 import sys
 
 COMMENT = re.compile(r'/\*.*?\*/')
-ANON = re.compile(r'_GLOBAL__N__[0-9a-f]+_\d+_\w+?_[0-9a-f]{8}')
+# The anonymous namespace's name in mangled names: hashes (of the source, its path) around the file's name, which
+# differ between builds of the same kernel. Groups: prefix, first hash, file part, second hash.
+ANON = re.compile(r'(_GLOBAL__N__)([0-9a-f]+)(_\d+_\w+?_)([0-9a-f]{8})')
 
 
 def read(path):
