@@ -100,15 +100,26 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
               offsets[1].is_number_unsigned(),
           "{}: tensor '{}': data_offsets must be two non-negative integers", path, name);
     uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-    uint64_t expected = uint64_t(shape_numel(entry.shape)) * dtype_size(entry.dtype);
-    check(begin <= end && end - begin == expected,
+    // The size in checked arithmetic: a shape whose element count wraps must not pass as a small tensor.
+    int64_t expected = std::count(entry.shape.begin(), entry.shape.end(), 0) ? 0 : int64_t(dtype_size(entry.dtype));
+    for (int64_t d : entry.shape)
+      check(!__builtin_mul_overflow(expected, d, &expected), "{}: tensor '{}' ({} {}): more bytes than 64-bit "
+            "offsets can hold", path, name, dtype, shape_string(entry.shape));
+    check(begin <= end && end - begin == uint64_t(expected),
           "{}: tensor '{}' ({} {}) needs {} bytes but data_offsets give [{}, {})", path, name, dtype,
           shape_string(entry.shape), expected, begin, end);
     check(end <= data_size, "{}: tensor '{}' ends at byte {} but the file holds only {} data bytes (truncated?)",
           path, name, end, data_size);
     ranges.emplace_back(begin, end);
     void* data = const_cast<uint8_t*>(bytes + data_begin + begin);
-    entry.tensor = Tensor::borrow(entry.dtype, entry.shape, data, mapping);
+    if (expected == 0 || reinterpret_cast<uintptr_t>(data) % dtype_size(entry.dtype) == 0) {
+      entry.tensor = Tensor::borrow(entry.dtype, entry.shape, data, mapping);
+    } else {
+      // The format does not align tensors (an odd-length header, or a 2-byte tensor before an 8-byte one);
+      // reading one in place through a typed pointer would be undefined, so such a tensor is copied.
+      entry.tensor = Tensor::empty(entry.dtype, entry.shape);
+      std::memcpy(entry.tensor.raw(), data, size_t(expected));
+    }
     file->tensors_.emplace(name, std::move(entry));
   }
   std::sort(ranges.begin(), ranges.end());
@@ -188,11 +199,19 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
                       const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
+  // Widest elements first (as HF's writer orders them): with the data starting 8-aligned, every tensor then
+  // starts at a multiple of its element size and is read in place, without the copy open() makes otherwise.
+  std::vector<const std::pair<const std::string, Tensor>*> order;
+  for (const auto& item : tensors) order.push_back(&item);
+  std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    return dtype_size(a->second.dtype()) > dtype_size(b->second.dtype());
+  });
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    header[name] = {{"dtype", std::string(dtype_name(t.dtype()))},
-                    {"shape", t.shape()},
-                    {"data_offsets", {offset, offset + t.nbytes()}}};
+  for (const auto* item : order) {
+    const Tensor& t = item->second;
+    header[item->first] = {{"dtype", std::string(dtype_name(t.dtype()))},
+                           {"shape", t.shape()},
+                           {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();
   }
   std::string text = header.dump();
@@ -202,7 +221,8 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) out.put(char((n >> (8 * i)) & 0xff));
   out.write(text.data(), std::streamsize(text.size()));
-  for (const auto& [name, t] : tensors) out.write(static_cast<const char*>(t.raw()), std::streamsize(t.nbytes()));
+  for (const auto* item : order)
+    out.write(static_cast<const char*>(item->second.raw()), std::streamsize(item->second.nbytes()));
   check(bool(out), "{}: write failed", path);
 }
 

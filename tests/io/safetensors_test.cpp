@@ -59,6 +59,37 @@ TEST(Safetensors, RoundTripsEveryDtype) {
   EXPECT_EQ(file->tensors().at("g").tensor.to_f32().f32()[0], 2.5f);
 }
 
+// The format does not align tensors: a 6-byte BF16 tensor puts the next I64 at offset 6, and an odd-length
+// header misaligns all of them. Those read back intact (copied); our own files put widest elements first, so
+// that their tensors are aligned where they lie.
+TEST(Safetensors, MisalignedTensorsAreReadIntact) {
+  TempDir dir;
+  std::string data;
+  for (uint16_t v : {0x3f80, 0x4000, 0x4040}) data += std::string{char(v & 0xff), char(v >> 8)};
+  const int64_t big = (int64_t(1) << 40) + 3;
+  data += std::string(reinterpret_cast<const char*>(&big), 8);
+  for (const std::string pad : {"", " "}) {
+    write_raw(dir.file("odd.safetensors"), R"({"b": {"dtype": "BF16", "shape": [3], "data_offsets": [0, 6]},)"
+              R"( "i": {"dtype": "I64", "shape": [1], "data_offsets": [6, 14]}})" + pad, data);
+    auto file = SafetensorsFile::open(dir.file("odd.safetensors"));
+    const Tensor& i = file->tensors().at("i").tensor;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(i.raw()) % 8, 0u);
+    EXPECT_EQ(i.data<int64_t>()[0], big);
+    EXPECT_EQ(file->tensors().at("b").tensor.to_f32().f32()[2], 3.0f);
+  }
+  save_safetensors(dir.file("ours.safetensors"), {{"a", Tensor::from_f32({1}, {1})},
+                                                  {"b", Tensor::empty(DType::BF16, {3})},
+                                                  {"c", Tensor::empty(DType::I64, {2})},
+                                                  {"d", Tensor::empty(DType::F8_E4M3, {5})}});
+  auto ours = SafetensorsFile::open(dir.file("ours.safetensors"));
+  const auto* first = static_cast<const uint8_t*>(ours->tensors().at("c").tensor.raw());  // widest: first
+  for (const auto& [name, entry] : ours->tensors()) {
+    const auto* p = static_cast<const uint8_t*>(entry.tensor.raw());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % dtype_size(entry.dtype), 0u) << name;
+    EXPECT_TRUE(p >= first && p < first + 64) << name << " is a copy, not the file's bytes";
+  }
+}
+
 TEST(Safetensors, ShardedWithIndex) {
   TempDir dir;
   save_safetensors(dir.file("s1.safetensors"), {{"x", Tensor::from_f32({1}, {1})}});
@@ -96,6 +127,11 @@ TEST(Safetensors, CorruptHeadersAreNamed) {
   check_error(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
                   "v": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}})", "xxxxxxxx", "overlap");
   check_error(R"([1, 2])", "", "must be a JSON object");
+  // 2^61 + 1 rows of 8 F32 wrap 64 bits to 32 bytes: refused, not read past the data.
+  check_error(R"({"w": {"dtype": "F32", "shape": [2305843009213693953, 8], "data_offsets": [0, 32]}})",
+              std::string(32, 'x'), "more bytes than 64-bit offsets can hold");
+  check_error(R"({"w": {"dtype": "I8", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})", "",
+              "more bytes than 64-bit offsets can hold");
   // A header length pointing past the end of the file.
   std::ofstream out(dir.file("len.safetensors"), std::ios::binary);
   uint64_t n = 1000;
