@@ -21,23 +21,31 @@ const char* attention_kind_name(AttentionKind kind) {
 
 namespace {
 
+// Every integer of a config is at most this (2^24: 16x V4's context, 130x its vocabulary), so that the sizes
+// the planner and the loaders multiply stay far inside 64 bits; the layer count has its own, smaller bound.
+constexpr int64_t kMaxConfigInteger = int64_t(1) << 24;
+constexpr int64_t kMaxLayers = 4096;
+
 struct Reader {
   const json& j;
   const std::string& source;
 
   bool has(const char* key) const { return j.contains(key) && !j[key].is_null(); }
 
-  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t min = 1) const {
+  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt, int64_t min = 1,
+                  int64_t max = kMaxConfigInteger) const {
     if (!has(key)) {
       check(fallback.has_value(), "{}: missing config field '{}' (expected an integer >= {})", source, key, min);
       return *fallback;
     }
     const json& v = j[key];
-    bool integral = v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+    // Range-checked as a double first: a float form past int64 must not reach the conversion.
+    const double as_double = v.is_number() ? v.get<double>() : 0.0;
+    bool integral = v.is_number_integer() || (v.is_number_float() && std::floor(as_double) == as_double);
     check(integral, "{}: config field '{}' must be an integer, got {}", source, key, v.dump());
-    int64_t value = v.is_number_integer() ? v.get<int64_t>() : int64_t(v.get<double>());
-    check(value >= min, "{}: config field '{}' = {} must be >= {}", source, key, value, min);
-    return value;
+    check(as_double >= double(min) && as_double <= double(max), "{}: config field '{}' = {} must be between {} and {}",
+          source, key, v.dump(), min, max);
+    return v.is_number_integer() ? v.get<int64_t>() : int64_t(as_double);
   }
 
   double number(const char* key, double fallback) const {
@@ -109,7 +117,7 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
   }
   c.vocab_size = r.integer("vocab_size");
   c.hidden_size = r.integer("hidden_size");
-  c.num_layers = r.integer("num_hidden_layers");
+  c.num_layers = r.integer("num_hidden_layers", std::nullopt, 1, kMaxLayers);
   c.num_heads = r.integer("num_attention_heads");
   int64_t kv_heads = r.integer("num_key_value_heads", 1);
   check(kv_heads == 1, "{}: num_key_value_heads = {} (DeepSeek-V4 uses one shared KV head: expected 1)", source,
@@ -198,8 +206,9 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
   if (r.has("compress_rates")) {
     check(j["compress_rates"].is_object(), "{}: compress_rates must be an object", source);
     for (auto it = j["compress_rates"].begin(); it != j["compress_rates"].end(); ++it) {
-      check(it.value().is_number_integer() && it.value().get<int64_t>() > 1,
-            "{}: compress_rates['{}'] must be an integer > 1", source, it.key());
+      check(it.value().is_number_integer() && it.value().get<int64_t>() > 1 &&
+                it.value().get<int64_t>() <= kMaxConfigInteger,
+            "{}: compress_rates['{}'] must be an integer between 2 and {}", source, it.key(), kMaxConfigInteger);
       rates[it.key()] = it.value().get<int64_t>();
     }
   }
@@ -215,8 +224,10 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
     check(ratios.is_array() && int64_t(ratios.size()) >= c.num_layers,
           "{}: compress_ratios must be an array of at least num_hidden_layers = {} integers", source, c.num_layers);
     for (int64_t i = 0; i < c.num_layers; ++i) {
-      check(ratios[i].is_number_integer() && ratios[i].get<int64_t>() >= 0 && ratios[i].get<int64_t>() != 1,
-            "{}: compress_ratios[{}] = {} (expected 0 or an integer > 1)", source, i, ratios[i].dump());
+      check(ratios[i].is_number_integer() && ratios[i].get<int64_t>() >= 0 && ratios[i].get<int64_t>() != 1 &&
+                ratios[i].get<int64_t>() <= kMaxConfigInteger,
+            "{}: compress_ratios[{}] = {} (expected 0 or an integer from 2 to {})", source, i, ratios[i].dump(),
+            kMaxConfigInteger);
       int64_t ratio = ratios[i].get<int64_t>();
       LayerSpec& layer = c.layers[size_t(i)];
       layer.compress_ratio = ratio;
@@ -271,6 +282,16 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
   check(c.experts_per_token <= c.n_routed_experts, "{}: num_experts_per_tok = {} exceeds n_routed_experts = {}",
         source, c.experts_per_token, c.n_routed_experts);
   check(c.hc_eps >= 0 && c.rms_norm_eps > 0, "{}: hc_eps and rms_norm_eps must be positive", source);
+  // The fields are bounded one by one; their products too, through a rough count of the largest weights (in
+  // double, so that the check itself cannot overflow): the exact counts downstream then fit 64 bits many times over.
+  const double h = double(c.hidden_size), hd = double(c.num_heads) * double(c.head_dim);
+  const double per_layer = 3.0 * double(c.n_routed_experts + 1) * double(c.moe_intermediate_size) * h +
+                           double(c.q_lora_rank) * (h + hd + double(c.index_n_heads) * double(c.index_head_dim)) +
+                           hd * double(c.o_lora_rank) + double(c.o_groups) * double(c.o_lora_rank) * h +
+                           double(c.n_routed_experts) * h + h * double(c.head_dim);
+  const double weights = double(c.num_layers) * per_layer + 2.0 * double(c.vocab_size) * h;
+  check(weights <= 0x1p48, "{}: the config describes ~{:.3g} weights; at most 2^48 (~2.8e14) are supported", source,
+        weights);
 
   if (r.has("quantization_config")) {
     const json& q = j["quantization_config"];

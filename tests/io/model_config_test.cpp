@@ -137,5 +137,40 @@ TEST(ModelConfig, BadValuesAreNamed) {
   expect_error(j, "num_experts_per_tok = 17 exceeds n_routed_experts = 16");
 }
 
+// Sizes past what the engine's 64-bit arithmetic can multiply are refused at the boundary, not wrapped later.
+TEST(ModelConfig, OutOfRangeSizesAreNamed) {
+  auto expect_error = [](nlohmann::json j, const std::string& want) {
+    std::string e = error_of(j);
+    EXPECT_NE(e.find(want), std::string::npos) << "got: " << e;
+  };
+  auto j = fixture_json("tiny_yarn");
+  j["hidden_size"] = 0;
+  expect_error(j, "config field 'hidden_size' = 0 must be between 1 and 16777216");
+  j = fixture_json("tiny_yarn");
+  j["vocab_size"] = 1e300;  // a float form of an integer, far past int64
+  expect_error(j, "config field 'vocab_size' = 1e+300 must be between 1 and 16777216");
+  j = fixture_json("tiny_yarn");
+  j["moe_intermediate_size"] = uint64_t(1) << 63;
+  expect_error(j, "config field 'moe_intermediate_size' = 9223372036854775808 must be between 1 and 16777216");
+  j = fixture_json("tiny_yarn");
+  j["num_hidden_layers"] = 100000;
+  expect_error(j, "config field 'num_hidden_layers' = 100000 must be between 1 and 4096");
+  j = fixture_json("tiny_yarn");
+  j["compress_ratios"][0] = int64_t(1) << 40;
+  expect_error(j, "compress_ratios[0] = 1099511627776 (expected 0 or an integer from 2 to 16777216)");
+  // Each field in range, their product not: 2^24 experts of 2^20 x 2^20 weights.
+  j = fixture_json("tiny_yarn");
+  j["n_routed_experts"] = 1 << 24;
+  j["moe_intermediate_size"] = 1 << 20;
+  j["hidden_size"] = 1 << 20;
+  expect_error(j, "weights; at most 2^48 (~2.8e14) are supported");
+  // The real V4-Pro shapes pass.
+  j = fixture_json("tiny_yarn");
+  for (auto [key, value] : {std::pair{"hidden_size", 7168}, {"moe_intermediate_size", 3072}, {"n_routed_experts", 384},
+                            {"vocab_size", 129280}, {"q_lora_rank", 1536}, {"o_lora_rank", 1024}})
+    j[key] = value;
+  EXPECT_EQ(error_of(j), "");
+}
+
 }  // namespace
 }  // namespace moeserve::io
