@@ -18,6 +18,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/runtime.h"
 #include "gpu_skip.h"
+#include "test_seed.h"
 
 namespace moeserve::gputest {
 
@@ -33,17 +34,7 @@ inline io::RopeSpec yarn_spec() {
   return s;
 }
 
-inline std::mt19937_64 seeded() {
-  uint64_t seed;
-  if (const char* env = std::getenv("MOESERVE_TEST_SEED"))
-    seed = std::strtoull(env, nullptr, 10);
-  else
-    seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::printf("[seed] %s.%s: %llu (MOESERVE_TEST_SEED=%llu repeats it)\n", info->test_suite_name(), info->name(),
-              (unsigned long long)seed, (unsigned long long)seed);
-  return std::mt19937_64(seed);
-}
+using moeserve::testing::seeded;
 
 inline std::vector<float> uniform(size_t n, std::mt19937_64& g, float lo = -1.0f, float hi = 1.0f) {
   std::uniform_real_distribution<float> d(lo, hi);
