@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/log.h"
 #include "io/json_file.h"
 
 namespace moeserve::io {
@@ -70,6 +71,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   const uint64_t data_begin = 8 + header_len;
   const uint64_t data_size = mapping->size - data_begin;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  uint64_t copied_bytes = 0, copied_tensors = 0;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     const json& value = it.value();
@@ -119,9 +121,15 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
       // reading one in place through a typed pointer would be undefined, so such a tensor is copied.
       entry.tensor = Tensor::empty(entry.dtype, entry.shape);
       std::memcpy(entry.tensor.raw(), data, size_t(expected));
+      copied_bytes += uint64_t(expected);
+      ++copied_tensors;
     }
     file->tensors_.emplace(name, std::move(entry));
   }
+  // Host memory the operator did not plan for (a large checkpoint written without alignment doubles it): said once.
+  if (copied_tensors > 0)
+    spdlog::warn("{}: {} tensors ({:.1f} MB) are not aligned for their dtype in the file and were copied to memory",
+                 path, copied_tensors, double(copied_bytes) / 1e6);
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
     check(ranges[i].first >= ranges[i - 1].second, "{}: tensor byte ranges overlap at offset {}", path,
