@@ -169,6 +169,7 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
   if (r.has("qk_rope_head_dim")) rope_dim = r.integer("qk_rope_head_dim");
   if (r.has("partial_rotary_factor")) {
     double factor = r.number("partial_rotary_factor", 0);
+    check(factor > 0 && factor <= 1, "{}: partial_rotary_factor = {} must be in (0, 1]", source, factor);
     int64_t from_factor = int64_t(double(c.head_dim) * factor);
     check(rope_dim == 0 || rope_dim == from_factor,
           "{}: qk_rope_head_dim = {} contradicts partial_rotary_factor = {} (head_dim {} gives {})", source, rope_dim,

@@ -158,6 +158,9 @@ TEST(ModelConfig, OutOfRangeSizesAreNamed) {
   j = fixture_json("tiny_yarn");
   j["compress_ratios"][0] = int64_t(1) << 40;
   expect_error(j, "compress_ratios[0] = 1099511627776 (expected 0 or an integer from 2 to 16777216)");
+  j = fixture_json("tiny_hf");
+  j["partial_rotary_factor"] = 1e300;  // would have been converted to int64 through head_dim * factor
+  expect_error(j, "partial_rotary_factor = 1e+300 must be in (0, 1]");
   // Each field in range, their product not: 2^24 experts of 2^20 x 2^20 weights.
   j = fixture_json("tiny_yarn");
   j["n_routed_experts"] = 1 << 24;
