@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -17,8 +18,20 @@ int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
+std::optional<int64_t> shape_bytes(DType dtype, const Shape& shape) {
+  if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; })) return std::nullopt;
+  if (std::count(shape.begin(), shape.end(), 0)) return 0;  // empty, however large the other dimensions
+  int64_t bytes = int64_t(dtype_size(dtype));
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(bytes, d, &bytes)) return std::nullopt;
+  return bytes;
+}
+
 Tensor Tensor::empty(DType dtype, Shape shape) {
   for (int64_t d : shape) check(d >= 0, "negative dimension in shape {}", shape_string(shape));
+  // An allocation sized by a wrapped count would be too small for the shape it claims.
+  check(shape_bytes(dtype, shape).has_value(), "shape {} of {}: more bytes than 64 bits hold", shape_string(shape),
+        dtype_name(dtype));
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,9 @@ using Shape = std::vector<int64_t>;
 
 std::string shape_string(const Shape& shape);
 int64_t shape_numel(const Shape& shape);
+// The bytes a tensor of `shape` holds, counted without wrapping: nullopt when a dimension is negative or the
+// count passes int64 (a shape from a file must be checked with this before numel() or nbytes() are trusted).
+std::optional<int64_t> shape_bytes(DType dtype, const Shape& shape);
 
 class Tensor {
  public:

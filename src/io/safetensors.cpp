@@ -102,11 +102,12 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
               offsets[1].is_number_unsigned(),
           "{}: tensor '{}': data_offsets must be two non-negative integers", path, name);
     uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-    // The size in checked arithmetic: a shape whose element count wraps must not pass as a small tensor.
-    int64_t expected = std::count(entry.shape.begin(), entry.shape.end(), 0) ? 0 : int64_t(dtype_size(entry.dtype));
-    for (int64_t d : entry.shape)
-      check(!__builtin_mul_overflow(expected, d, &expected), "{}: tensor '{}' ({} {}): more bytes than 64-bit "
-            "offsets can hold", path, name, dtype, shape_string(entry.shape));
+    // Counted without wrapping (the dimensions are non-negative here): a shape whose element count wraps must not
+    // pass as a small tensor.
+    const std::optional<int64_t> bytes_of_shape = shape_bytes(entry.dtype, entry.shape);
+    check(bytes_of_shape.has_value(), "{}: tensor '{}' ({} {}): more bytes than 64-bit offsets can hold", path, name,
+          dtype, shape_string(entry.shape));
+    const int64_t expected = *bytes_of_shape;
     check(begin <= end && end - begin == uint64_t(expected),
           "{}: tensor '{}' ({} {}) needs {} bytes but data_offsets give [{}, {})", path, name, dtype,
           shape_string(entry.shape), expected, begin, end);

@@ -30,6 +30,16 @@ TEST(Tensor, ToF32ConvertsBf16) {
   EXPECT_EQ(f.f32()[1], -2.25f);
 }
 
+TEST(Tensor, ShapeBytesNeverWraps) {
+  EXPECT_EQ(shape_bytes(DType::BF16, {3, 5}), 30);
+  EXPECT_EQ(shape_bytes(DType::F32, {}), 4);
+  EXPECT_EQ(shape_bytes(DType::F32, {0, int64_t(1) << 62, int64_t(1) << 62}), 0);  // empty
+  EXPECT_EQ(shape_bytes(DType::F32, {(int64_t(1) << 61) + 1, 8}), std::nullopt);   // 2^66 + 32 wraps to 32
+  EXPECT_EQ(shape_bytes(DType::I8, {int64_t(1) << 32, int64_t(1) << 32}), std::nullopt);
+  EXPECT_EQ(shape_bytes(DType::F32, {2, -1}), std::nullopt);
+  EXPECT_THROW(Tensor::empty(DType::F32, {int64_t(1) << 62, 4}), Error);  // would allocate a wrapped 0 bytes
+}
+
 TEST(Threads, ParallelForCoversEveryIndexOnce) {
   std::vector<int> hits(10007, 0);
   parallel_for(int64_t(hits.size()), 7, [&](int64_t b, int64_t e) {

@@ -36,10 +36,16 @@ void append_utf8(std::string& s, uint32_t cp) {
   }
 }
 
+std::vector<int32_t> added_token_ids(const Tokenizer& tok) {
+  std::vector<int32_t> ids;
+  for (size_t id = 0; id < tok.vocab_size(); ++id)
+    if (tok.is_added(int32_t(id))) ids.push_back(int32_t(id));
+  return ids;
+}
+
 std::vector<std::string> added_token_texts(const Tokenizer& tok) {
   std::vector<std::string> texts;
-  for (size_t id = 0; id < tok.vocab_size(); ++id)
-    if (tok.is_added(int32_t(id))) texts.push_back(*tok.id_to_token(int32_t(id)));
+  for (int32_t id : added_token_ids(tok)) texts.push_back(*tok.id_to_token(id));
   return texts;
 }
 
@@ -121,9 +127,7 @@ TEST(TokenizerRandom, InvalidUtf8IsRefusedWithAnError) {
 TEST(TokenizerRandom, StreamingAnyIdsAddsUpToDecode) {
   const auto& tok = deepseek_tokenizer();
   const auto emoji = tok.encode("😀👨\u200d👩\u200d👧中文");
-  std::vector<int32_t> added;
-  for (size_t id = 0; id < tok.vocab_size(); ++id)
-    if (tok.is_added(int32_t(id))) added.push_back(int32_t(id));
+  const std::vector<int32_t> added = added_token_ids(tok);
   auto g = moeserve::testing::seeded();
   for (int i = 0; i < 2000; ++i) {
     std::vector<int32_t> ids(std::uniform_int_distribution<size_t>(0, 32)(g));
