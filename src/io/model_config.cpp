@@ -162,6 +162,13 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
   } else {
     c.eos_token_ids.push_back(1);
   }
+  // Special ids index the embedding and the logits: one outside the vocabulary would make a stop condition that can
+  // never fire (or a BOS the embedding cannot look up), so it is an error here rather than a silent never-stop.
+  check(c.bos_token_id < c.vocab_size, "{}: bos_token_id = {} must be below vocab_size = {}", source, c.bos_token_id,
+        c.vocab_size);
+  for (int64_t id : c.eos_token_ids)
+    check(id >= 0 && id < c.vocab_size, "{}: eos_token_id {} must be in [0, vocab_size = {})", source, id,
+          c.vocab_size);
   check(!r.boolean("tie_word_embeddings", false), "{}: tie_word_embeddings must be false for DeepSeek-V4", source);
 
   // Rotary dims: partial_rotary_factor (HF) or qk_rope_head_dim (official); they must agree when both are given.

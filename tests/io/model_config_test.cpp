@@ -161,6 +161,15 @@ TEST(ModelConfig, OutOfRangeSizesAreNamed) {
   j = fixture_json("tiny_hf");
   j["partial_rotary_factor"] = 1e300;  // would have been converted to int64 through head_dim * factor
   expect_error(j, "partial_rotary_factor = 1e+300 must be in (0, 1]");
+  j = fixture_json("tiny_yarn");
+  j["eos_token_id"] = nlohmann::json::array({1, -2});
+  expect_error(j, "eos_token_id -2 must be in [0, vocab_size = ");
+  j = fixture_json("tiny_yarn");
+  j["eos_token_id"] = j["vocab_size"];  // one past the last logit: a stop that never fires
+  expect_error(j, "must be in [0, vocab_size = ");
+  j = fixture_json("tiny_yarn");
+  j["bos_token_id"] = j["vocab_size"];
+  expect_error(j, "bos_token_id = ");
   // Each field in range, their product not: 2^24 experts of 2^20 x 2^20 weights.
   j = fixture_json("tiny_yarn");
   j["n_routed_experts"] = 1 << 24;
