@@ -6,7 +6,9 @@
 # Prints one row per run (tool, filter, tests passed, the sanitizer's summary) and keeps each log under $OUT.
 # Usage: bash scripts/device-sanitize.sh --prebuilt DIR|FILE.tar.xz [TOOL=GTEST_FILTER ...]
 #   Default runs: the table below. SANITIZE_BUDGET (seconds, default 480) bounds the whole script: each run gets what
-#   is left (at most SANITIZE_RUN_MAX, default 200) and a run cut short is reported as such, with the tests it finished.
+#   is left (at most SANITIZE_RUN_MAX, default 200) and a run cut short is reported as such, with the tests it finished
+#   and the findings it printed (SANITIZE_PRINT_LIMIT per run, default 40: racecheck reports each byte of a hazard).
+#   SANITIZE_BINARY: the test binary of the prebuilt set (default test_gpu; a VARIANTS build's test_gpu_NAME).
 #   Needs a Firecracker machine: on gVisor compute-sanitizer refuses the device (library's KINDS.md).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -22,7 +24,8 @@ export NCCL_NVLS_ENABLE=0
 # shellcheck source=scripts/prebuilt-env.sh
 source scripts/prebuilt-env.sh
 use_prebuilt "$PREBUILT"
-[ -x "$BIN/test_gpu" ] || { echo "device-sanitize: no test_gpu in $BIN" >&2; exit 1; }
+TEST_BIN=${SANITIZE_BINARY:-test_gpu}  # e.g. test_gpu_NAME of a VARIANTS build
+[ -x "$BIN/$TEST_BIN" ] || { echo "device-sanitize: no $TEST_BIN in $BIN" >&2; exit 1; }
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 [ -x "$CS" ] || { echo "device-sanitize: compute-sanitizer not found" >&2; exit 1; }
 "$CS" --version | tail -1
@@ -58,22 +61,31 @@ for r in "${runs[@]}"; do
   extra=()
   [ "$tool" = racecheck ] && extra=(--racecheck-report all)
   # --error-exitcode tells the tool's findings apart from a test failure (gtest exits 1) and a timeout (124).
-  timeout "$t" "$CS" --tool "$tool" "${extra[@]}" --print-limit 40 --error-exitcode 86 \
-    "$BIN/test_gpu" --gtest_filter="$filter" >"$log" 2>&1
+  timeout "$t" "$CS" --tool "$tool" "${extra[@]}" --print-limit "${SANITIZE_PRINT_LIMIT:-40}" --error-exitcode 86 \
+    "$BIN/$TEST_BIN" --gtest_filter="$filter" >"$log" 2>&1
   rc=$?
   passed=$(grep -c '^\[       OK \]' "$log")
   failed=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)' "$log")
   skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)' "$log")
   summary=$(grep -E '(ERROR|RACECHECK|SYNCCHECK|INITCHECK) SUMMARY' "$log" | tail -1 | sed 's/^=* *//')
+  # Findings printed so far count even when the run was cut (a cut run's summary line never comes).
+  found=$(grep -cE '^=+ +(Invalid|Race|Barrier|Uninitialized|Error|Warning)' "$log")
   case $rc in
     0) verdict=clean ;;
     86) verdict=FINDINGS ;;
     124) verdict="cut at ${t}s" ;;
     *) verdict="rc=$rc" ;;
   esac
-  rows+=("$tool|$verdict|$passed ok, $failed failed, $skipped skipped; ${summary:-no summary}|$filter")
-  # The first findings, for the call's output (the log keeps them all).
-  [ "$rc" = 86 ] && grep -m 12 -E '^=+ +(Invalid|Race|Barrier|Uninitialized|Error|Warning|.*hazard)' "$log"
+  if [ "$rc" != 86 ] && [ "$found" -gt 0 ]; then
+    [ "$rc" = 0 ] && verdict="rc=0"  # printed findings with exit 0 (warnings?): never "clean"
+    verdict="FINDINGS, $verdict"
+  fi
+  rows+=("$tool|$verdict|$passed ok, $failed failed, $skipped skipped; ${summary:-no summary}; $found printed|$filter")
+  # The first finding, for the call's output (the log keeps up to SANITIZE_PRINT_LIMIT): what, where, which launch.
+  if [ "$found" -gt 0 ]; then
+    grep -m 1 -A 3 -E '^=+ +(Invalid|Race|Barrier|Uninitialized|Error|Warning)' "$log" | cut -c1-200
+    grep -m 2 -E 'Host Frame:.*(launch_cfg|Test::TestBody)' "$log" | sed 's/^=* *Host Frame: *//' | cut -c1-200
+  fi
 done
 echo
 echo "== device-sanitize ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)) =="
