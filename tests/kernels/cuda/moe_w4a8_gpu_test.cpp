@@ -50,6 +50,22 @@ unsigned test_seed(const char* what) {
   return seed;
 }
 
+// MOESERVE_TEST_W4A8_CONFIGS="NAME,NAME": check_gemm runs only those configs and no split runs (for
+// compute-sanitizer: its racecheck takes minutes per config at these shapes); unset, every config. A limited run
+// says so, and fails if the names match no config that fits.
+const std::string& limited_configs() {
+  static const std::string only = [] {
+    const char* e = std::getenv("MOESERVE_TEST_W4A8_CONFIGS");
+    return std::string(e ? e : "");
+  }();
+  return only;
+}
+bool config_selected(int cfg) {
+  if (limited_configs().empty()) return true;
+  return ("," + limited_configs() + ",").find("," + std::string(cuda::moe_w4a8_config(cfg).name) + ",") !=
+         std::string::npos;
+}
+
 template <class T>
 struct DevBuf {
   T* p = nullptr;
@@ -240,6 +256,8 @@ void check_gemm(const char* name, int E, int N, int K, std::vector<int> counts, 
   std::printf("[%s] E=%d N=%d K=%d rows/expert:", name, E, N, K);
   for (int c : counts) std::printf(" %d", c);
   std::printf("; wide (64-row block, group) pairs: %lld\n", (long long)x.wide_groups);
+  if (!limited_configs().empty())
+    std::printf("[%s] limited to %s by MOESERVE_TEST_W4A8_CONFIGS (no split runs)\n", name, limited_configs().c_str());
   if (wide_fraction > 0) EXPECT_GT(x.wide_groups, 0);
   const int max_count = *std::max_element(counts.begin(), counts.end());
   const int total = std::accumulate(counts.begin(), counts.end(), 0);
@@ -324,11 +342,16 @@ void check_gemm(const char* name, int E, int N, int K, std::vector<int> counts, 
                   masked ? "masked" : "contiguous", f32 ? "f32 " : "bf16", (long long)checked, (long long)bad,
                   worst_ratio);
     };
+    int config_runs = 0;
     for (int cfg = 0; cfg < cuda::moe_w4a8_config_count(); ++cfg) {
       if (!cuda::moe_w4a8_config_fits(cfg, N, K)) continue;  // the probe test checks the refusal
+      if (!config_selected(cfg)) continue;
       // Every config runs with fixed-order items in one layout and counter-fed ones in the other.
       run_and_check(cfg, {}, (cfg + layout) % 2 == 1, (cfg / 2 + layout) % 2 == 0);
+      ++config_runs;
     }
+    EXPECT_GT(config_runs, 0) << "no config runs (MOESERVE_TEST_W4A8_CONFIGS=" << limited_configs() << ")";
+    if (!limited_configs().empty()) continue;
     // Splits by expert load: thresholds below, between and above the cases' row counts (every expert on one side,
     // or some on each).
     auto by_name = [](const char* n) { return cuda::moe_w4a8_config_by_name(n); };
