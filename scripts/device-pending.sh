@@ -31,7 +31,7 @@ echo "## elapsed $(( $(date +%s) - T0 ))s"
 for r in 0 1 2; do
   mkdir -p "$OUT/race$r"
   OUT=$OUT/race$r MOESERVE_W4A8_RELEASE=$r SANITIZE_BINARY=test_gpu_rel SANITIZE_BUDGET=60 SANITIZE_RUN_MAX=60 \
-    MOESERVE_TEST_W4A8_CONFIGS=bn8_wg1_g2_s5,bn64_wg2_g1_s8,bn128_wg2_g1_s5_pf \
+    SANITIZE_W4A8_CONFIGS=bn8_wg1_g2_s5,bn64_wg2_g1_s8,bn128_wg2_g1_s5_pf \
     SANITIZE_PRINT_LIMIT=$([ $r = 0 ] && echo 400 || echo 40) \
     bash scripts/device-sanitize.sh --prebuilt "$BIN" 'racecheck=MoeW4A8Gpu.GemmFlashW2ManyTokenTiles' 2>&1 |
     grep -E "^racecheck|Error|Warning|Read|Write" | head -6 | sed "s/^/release=$r: /"
