@@ -61,6 +61,7 @@
 
 #include "kernels/cpu/moe_w4a8_pack.h"
 #include "kernels/cuda/device.h"
+#include "graph_timing.h"
 #include "kernels/cuda/moe_w4a8.h"
 
 // Defined in bench_gpu_moe_w4a8.cpp (cuda::Blas lives in kernels/cuda/runtime.h, C++20 and g++ only).
@@ -483,6 +484,7 @@ int main(int argc, char** argv) {
   const std::string gpu = cuda::device_info().name;
   std::printf("GPU: %s, %d SMs, L2 %zu MB\n", gpu.c_str(), cuda::device_info().multiprocessors,
               cuda::device_info().l2_bytes >> 20);
+  bench::note_ceilings_gpu(gpu);
   const bool sweep = !tune_file.empty() && !peer_only;
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
