@@ -23,10 +23,11 @@ T0=$(date +%s)
 step() { local name=$1 lim=$2; shift 2; local s; s=$(date +%s); timeout "$lim" "$@" >"$OUT/$name.log" 2>&1; local rc=$?
   echo "## $name rc=$rc $(( $(date +%s) - s ))s :: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$name.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED  \]' "$OUT/$name.log" | head -8; }
+w4a8_tests=(--gtest_brief=1 --gtest_filter='MoeW4A8Gpu.*:GpuW4A8Moe.*')
 for r in 1 2; do
-  step "rel${r}_tests" 80 env MOESERVE_W4A8_RELEASE=$r "$BIN/test_gpu_rel" --gtest_brief=1 --gtest_filter='MoeW4A8Gpu.*:GpuW4A8Moe.*'
+  step "rel${r}_tests" 80 env MOESERVE_W4A8_RELEASE=$r "$BIN/test_gpu_rel" "${w4a8_tests[@]}"
 done
-step fence_tests 80 "$BIN/test_gpu_fence" --gtest_brief=1 --gtest_filter='MoeW4A8Gpu.*:GpuW4A8Moe.*'
+step fence_tests 80 "$BIN/test_gpu_fence" "${w4a8_tests[@]}"
 echo "## elapsed $(( $(date +%s) - T0 ))s"
 # Release 0 (main's order) with 400 findings printed: which CTAs, configs and regions (the previous run printed 40,
 # all of one CTA); then 1 and 2, whose question is only whether the tool still reports the hazard. Three configs
@@ -42,10 +43,12 @@ done
 log0=$(ls "$OUT"/race0/sanitize-*.log 2>/dev/null | head -1)
 if [ -n "$log0" ]; then
   echo "release=0 findings by CTA, launch config and access pair:"
-  grep -oE "hazard detected at __shared__ 0x[0-9a-f]+ in block \([0-9,]+\)" "$log0" | sed 's/.*block/block/' | sort | uniq -c | sort -rn | head -5
+  grep -oE "hazard detected at __shared__ 0x[0-9a-f]+ in block \([0-9,]+\)" "$log0" | sed 's/.*block/block/' |
+    sort | uniq -c | sort -rn | head -5
   grep -oE "launch_cfg<[^>]*>" "$log0" | sort | uniq -c | head -5
   grep -oE "(Read|Write) Thread \([0-9,]+\) at [^ ]+" "$log0" | sed -E 's/\([0-9,]+\)/(t)/' | sort | uniq -c | head -6
-  echo "addresses $(grep -oE "__shared__ 0x[0-9a-f]+" "$log0" | awk '{print $2}' | sort -u | sed -n '1p;$p' | tr '\n' ' ')(lowest, highest)"
+  lo_hi=$(grep -oE "__shared__ 0x[0-9a-f]+" "$log0" | awk '{print $2}' | sort -u | sed -n '1p;$p' | tr '\n' ' ')
+  echo "addresses ${lo_hi}(lowest, highest)"
 fi
 echo "## elapsed $(( $(date +%s) - T0 ))s"
 rel="bench_gpu_moe_w4a8 bench_gpu_moe_w4a8_rel=MOESERVE_W4A8_RELEASE=1 bench_gpu_moe_w4a8_rel=MOESERVE_W4A8_RELEASE=2"

@@ -33,8 +33,9 @@ CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 # racecheck and synccheck on the kernels with hand-written shared-memory pipelines (mbarriers, TMA, wgmma) and
 # block-wide exchanges, at the tests' small shapes; memcheck over everything but the tests that provoke CUDA errors on
 # purpose (CudaErrors: OOM and a bad launch, which the tool would report as API errors) and the whole-engine and
-# V4-Flash-shaped runs, whose many large launches the tool would slow past the budget. racecheck in three runs, so that one slow test cannot hide the rest (its first call spent 150 s in one W4A8 test
-# and 113 s in CudaAttention.SparseAttentionWithSinks). racecheck and synccheck take the W4A8 GEMM tests' configs
+# V4-Flash-shaped runs, whose many large launches the tool would slow past the budget. racecheck in three runs, so
+# that one slow test cannot hide the rest (its first call spent 150 s in one W4A8 test and 113 s in
+# CudaAttention.SparseAttentionWithSinks). racecheck and synccheck take the W4A8 GEMM tests' configs
 # named by SANITIZE_W4A8_CONFIGS (default: a decode, a 64-token and a prefill config; empty: all of them).
 W4A8='MoeW4A8Gpu.GemmLayoutProbe:MoeW4A8Gpu.GemmFlashW2ManyTokenTiles:MoeW4A8Gpu.GemmLargeExponentSpread'
 W4A8+=':MoeW4A8Gpu.DecodeChain*:CudaMoe.*:CudaMoeFp8OneToken.*'
@@ -70,7 +71,8 @@ for r in "${runs[@]}"; do
   limit=()
   [[ "$tool" == racecheck || "$tool" == synccheck ]] && limit=(env MOESERVE_TEST_W4A8_CONFIGS="$w4a8_configs")
   # --error-exitcode tells the tool's findings apart from a test failure (gtest exits 1) and a timeout (124).
-  timeout "$t" "${limit[@]}" "$CS" --tool "$tool" "${extra[@]}" --print-limit "${SANITIZE_PRINT_LIMIT:-40}" --error-exitcode 86 \
+  timeout "$t" "${limit[@]}" "$CS" --tool "$tool" "${extra[@]}" --print-limit "${SANITIZE_PRINT_LIMIT:-40}" \
+    --error-exitcode 86 \
     "$BIN/$TEST_BIN" --gtest_filter="$filter" >"$log" 2>&1
   rc=$?
   passed=$(grep -c '^\[       OK \]' "$log")
@@ -78,7 +80,8 @@ for r in "${runs[@]}"; do
   skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)' "$log")
   summary=$(grep -E '(ERROR|RACECHECK|SYNCCHECK|INITCHECK) SUMMARY' "$log" | tail -1 | sed 's/^=* *//')
   # Findings printed so far count even when the run was cut (a cut run's summary line never comes).
-  found=$(grep -cE '^=+ +(Invalid|Race|Barrier|Uninitialized|Error|Warning)' "$log")
+  finding='^=+ +(Invalid|Race|Barrier|Uninitialized|Error|Warning)'  # the first line of each report
+  found=$(grep -cE "$finding" "$log")
   case $rc in
     0) verdict=clean ;;
     86) verdict=FINDINGS ;;
@@ -92,7 +95,7 @@ for r in "${runs[@]}"; do
   rows+=("$tool|$verdict|$passed ok, $failed failed, $skipped skipped; ${summary:-no summary}; $found printed|$filter")
   # The first finding, for the call's output (the log keeps up to SANITIZE_PRINT_LIMIT): what, where, which launch.
   if [ "$found" -gt 0 ]; then
-    grep -m 1 -A 3 -E '^=+ +(Invalid|Race|Barrier|Uninitialized|Error|Warning)' "$log" | cut -c1-200
+    grep -m 1 -A 3 -E "$finding" "$log" | cut -c1-200
     grep -m 2 -E 'Host Frame:.*(launch_cfg|Test::TestBody)' "$log" | sed 's/^=* *Host Frame: *//' | cut -c1-200
   fi
 done

@@ -59,9 +59,9 @@
 #include <string>
 #include <vector>
 
+#include "graph_timing.h"
 #include "kernels/cpu/moe_w4a8_pack.h"
 #include "kernels/cuda/device.h"
-#include "graph_timing.h"
 #include "kernels/cuda/moe_w4a8.h"
 
 // Defined in bench_gpu_moe_w4a8.cpp (cuda::Blas lives in kernels/cuda/runtime.h, C++20 and g++ only).
