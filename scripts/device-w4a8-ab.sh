@@ -5,11 +5,12 @@
 # over the rounds; best config against best config, and config by config). The first build is the baseline.
 # Usage: bash scripts/device-w4a8-ab.sh --prebuilt DIR|FILE.tar.xz [--rounds N] [--routing uniform|zipf|all] [--picks]
 #                                      [-- BENCH_ARGS... @] BINARY[=ENV=VALUE[,ENV=VALUE...]] ...
-#   --picks compares what each build's dispatch table picks instead of each build's best config (two tables).
+#   --picks compares what each build's dispatch table picks instead of each build's best config (two tables, or one
+#   table under two settings); the runs then time the picks only (no --tune sweep).
 #   e.g. bash scripts/device-w4a8-ab.sh --prebuilt .device-bin.tar.xz --rounds 3 -- --decode 1,4,16 --prefill - \
 #          --settled @ bench_gpu_moe_w4a8_base bench_gpu_moe_w4a8 bench_gpu_moe_w4a8=X=1
-#   BENCH_ARGS (between -- and @) go to every run after `--tune FILE`; a BINARY=... entry runs that binary under the
-#   environment settings given (the name in the tables is the whole entry). Logs under $OUT.
+#   BENCH_ARGS (between -- and @) go to every run (after `--tune FILE` unless --picks); a BINARY=... entry runs that
+#   binary under the environment settings given (the name in the tables is the whole entry). Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$PWD/device-out}
@@ -45,7 +46,9 @@ for ((r = 1; r <= ROUNDS; ++r)); do
     IFS=',' read -r -a envs <<<"$settings"
     log="$OUT/w4a8ab_$(slug "$entry").r$r.log"
     start=$(date +%s)
-    env "${envs[@]}" "$BIN/$bin" --tune "$OUT/table_$(slug "$entry").inc" "${ARGS[@]}" >"$log" 2>&1
+    tune=(--tune "$OUT/table_$(slug "$entry").inc")
+    [ -n "$PICKS" ] && tune=()
+    env "${envs[@]}" "$BIN/$bin" "${tune[@]}" "${ARGS[@]}" >"$log" 2>&1
     echo "round $r $entry: rc=$? $(( $(date +%s) - start )) s"
   done
 done

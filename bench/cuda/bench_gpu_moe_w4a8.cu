@@ -7,12 +7,13 @@
 // cuda::Blas::gemm_fp8_block (fp32 out), from the host half of this bench, bench_gpu_moe_w4a8.cpp.
 //
 //   bench_gpu_moe_w4a8 [--quick] [--tune FILE] [--out DIR] [--profile] [--peer-only] [--shape NAME]
-//                      [--decode LIST] [--prefill LIST] [--routing FILE] [--config NAME] [--settled]
+//                      [--decode LIST] [--prefill LIST] [--routing FILE] [--config NAME] [--settled] [--no-peer]
 //     --tune FILE  sweep every tile config for every shape / token count / routing and write the dispatch table
 //                  (src/kernels/cuda/moe_w4a8_dispatch_table.inc format) to FILE; the committed table merges several
 //                  runs' sweep lines (tools/w4a8_table_from_sweeps.py, --settled runs for the decode chain's entries)
 //     --profile    one decode and one prefill launch of each kernel only (for ncu)
 //     --peer-only  time the cuBLASLt peer only (no W4A8 timing, no tuning, no glue kernels)
+//     --no-peer    W4A8 only: no cuBLASLt peer, no glue kernels (A/Bs of W4A8 builds, where only its times matter)
 //     --shape NAME one shape only (pro_w13, pro_w2, flash_w13, flash_w2)
 //     --decode / --prefill LIST  the token counts of that phase, e.g. 1,4 ("-": none)
 //     --routing FILE  also route with a recorded run's load shares (`moeserve generate --routing-histogram FILE`,
@@ -345,7 +346,10 @@ struct LtPeer {
     std::map<int, int> pads;
   };
 
-  LtPeer() { g = lt::lt_gemm_create(&error); }
+  explicit LtPeer(bool on) {
+    if (on) g = lt::lt_gemm_create(&error);
+    else error = "--no-peer";
+  }
   ~LtPeer() {
     if (g) lt::lt_gemm_destroy(g);
   }
@@ -443,12 +447,14 @@ struct Result {
 
 int main(int argc, char** argv) {
   bool quick = false, profile = false, peer_only = false, settled = false, timeline = false, dynamic = true;
+  bool no_peer = false;
   std::string tune_file, out_dir, only_shape, decode_list, prefill_list, routing_file, force_config;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
     else if (a == "--profile") profile = true;
     else if (a == "--peer-only") peer_only = true;
+    else if (a == "--no-peer") no_peer = true;
     else if (a == "--settled") settled = true;
     else if (a == "--timeline") timeline = true;
     else if (a == "--static") dynamic = false;
@@ -464,6 +470,10 @@ int main(int argc, char** argv) {
                    a.c_str());
       return 2;
     }
+  }
+  if (no_peer && peer_only) {
+    std::fprintf(stderr, "bench_gpu_moe_w4a8: --no-peer and --peer-only exclude each other\n");
+    return 2;
   }
   if (!routing_file.empty()) {  // a bad file is an error with or without a GPU
     std::vector<double> probe;
@@ -488,7 +498,7 @@ int main(int argc, char** argv) {
   const bool sweep = !tune_file.empty() && !peer_only;
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  LtPeer lt;
+  LtPeer lt(!no_peer);
   if (lt.usable())
     std::printf("peer cublasLt-fp8: cuda::Blas::gemm_fp8_block per active expert (FP8 e4m3 weights, BLK128x128 fp32 "
                 "scales; FP8 activations, VEC128 fp32 scales; fp32 out), all in one CUDA graph\n");
@@ -555,12 +565,13 @@ int main(int argc, char** argv) {
     CK(cuda::moe_w4a8_fill_random(w, E, N, K, 122, 4, 1, nullptr));  // exponents 118..122 below each row's R
     CK(cudaMemset(flags, 0, pack::moe_w4a8_flag_expert_words(N, K) * E * 8));
     // Peer weights: FP8 [E][N][K] (|v| < 2, no NaN) with 128x128 block scales [E][ceil(N/128)][round_up(K/128, 4)].
-    const size_t w8bytes = size_t(E) * N * K;
-    uint8_t* w8 = dalloc<uint8_t>(w8bytes);
-    fill_bytes(w8, w8bytes, 3, 0xbf);
-    const size_t wsn = size_t(E) * LtPeer::wscale_per_expert(N, K);
-    float* wscale = dalloc<float>(wsn);
-    fill_float(wscale, wsn, 1.0f / 64);
+    // (None without the peer: 17 GB at V4-Pro W13.)
+    const size_t w8bytes = lt.usable() ? size_t(E) * N * K : 0;
+    uint8_t* w8 = lt.usable() ? dalloc<uint8_t>(w8bytes) : nullptr;
+    if (w8) fill_bytes(w8, w8bytes, 3, 0xbf);
+    const size_t wsn = lt.usable() ? size_t(E) * LtPeer::wscale_per_expert(N, K) : 0;
+    float* wscale = lt.usable() ? dalloc<float>(wsn) : nullptr;
+    if (wscale) fill_float(wscale, wsn, 1.0f / 64);
     cuda::MoeW4A8Weights W{w, flags, E, N, K};
     const double expert_bytes = double(N) * K * (0.5 + 1.0 / 32);
     const double peer_expert_bytes = double(N) * K + 4.0 * double(LtPeer::wscale_per_expert(N, K));
@@ -784,7 +795,7 @@ int main(int argc, char** argv) {
     std::printf("note: %s%s\n", note.c_str(), count > 1 ? (" (x" + std::to_string(count) + ")").c_str() : "");
 
   // Glue kernels at a decode and a prefill size (Pro dims).
-  if (!profile && !peer_only) {
+  if (!profile && !peer_only && !no_peer) {
     for (int T : {64, 16384}) {
       const int E = 384, D = 7168, I = 3072;
       std::vector<int> ids(size_t(T) * kTopk);
