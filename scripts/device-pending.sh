@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# On the GPU machine (device tool): the pending W4A8 branches' checks and A/Bs in one call (about 500 s, at most
-# 540), after
-#   VARIANTS="rel=pending/w4a8-release-order fence=pending/w4a8-proxy-fence" PACK_ONLY="test_gpu bench_gpu_moe_w4a8 \
-#   test_gpu_rel bench_gpu_moe_w4a8_rel test_gpu_fence bench_gpu_moe_w4a8_fence" bash scripts/device-prepare.sh
-# here. pending/w4a8-release-order: the fifty-second session's racecheck finding (a WAR hazard between the W4A8
-# consumers' lds128 of a stage's weights and the producer's next bulk copy into it, bn8_wg1_g2_s5 in
-# MoeW4A8Gpu.GemmFlashW2ManyTokenTiles). MOESERVE_W4A8_RELEASE=1: the producer's fence.proxy.async after its empty
-# wait; =2: every consumer thread arrives on the empty barrier; unset: main's order. pending/w4a8-proxy-fence: form 1
-# at compile time, the one to land if the tool accepts it. The branches' W4A8 tests (rel under 1 and 2, fence),
-# racecheck of that test under 0, 1 and 2 (which form the tool accepts), the W4A8 decode and prefill sweeps A/B
-# (main against rel under 1 and 2 and against fence: what each costs).
+# On the GPU machine (device tool): the pending W4A8 release branches' checks and A/Bs in one call (about 500 s, at
+# most 540), after the device-prepare.sh line of scripts/device-l2-ahead.sh (one tarball for both and for
+# device-sanitize.sh). pending/w4a8-release-order: the fifty-second session's racecheck finding (a WAR hazard
+# between the W4A8 consumers' lds128 of a stage's weights and the producer's next bulk copy into it,
+# bn8_wg1_g2_s5 in MoeW4A8Gpu.GemmFlashW2ManyTokenTiles). MOESERVE_W4A8_RELEASE=1: the producer's fence.proxy.async
+# after its empty wait; =2: every consumer thread arrives on the empty barrier; =3: the weights by descriptor TMA
+# (cp.async.bulk.tensor) instead of cp.async.bulk, the form that flash-attention's notes find racecheck to track
+# (moe-w4a8.md, fifty-third section); unset: main's order. pending/w4a8-proxy-fence: form 1 at compile time. The
+# branches' W4A8 tests (rel under 1, 2 and 3, fence), racecheck of that test under 0-3 (which form the tool
+# accepts), and what each costs: the dispatch table's picks, decode 1-256 (settled) and prefill 4K-32K, main
+# against rel under 2 and 3 and against fence (form 1; its runtime twin rel=1 is not timed).
 # Usage: bash scripts/device-pending.sh --prebuilt FILE.tar.xz   (moe-w4a8.md, fifty-second section)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -24,15 +24,15 @@ step() { local name=$1 lim=$2; shift 2; local s; s=$(date +%s); timeout "$lim" "
   echo "## $name rc=$rc $(( $(date +%s) - s ))s :: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$name.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED  \]' "$OUT/$name.log" | head -8; }
 w4a8_tests=(--gtest_brief=1 --gtest_filter='MoeW4A8Gpu.*:GpuW4A8Moe.*')
-for r in 1 2; do
+for r in 1 2 3; do
   step "rel${r}_tests" 80 env MOESERVE_W4A8_RELEASE=$r "$BIN/test_gpu_rel" "${w4a8_tests[@]}"
 done
 step fence_tests 80 "$BIN/test_gpu_fence" "${w4a8_tests[@]}"
 echo "## elapsed $(( $(date +%s) - T0 ))s"
 # Release 0 (main's order) with 400 findings printed: which CTAs, configs and regions (the previous run printed 40,
-# all of one CTA); then 1 and 2, whose question is only whether the tool still reports the hazard. Three configs
+# all of one CTA); then 1, 2 and 3, whose question is only whether the tool still reports the hazard. Three configs
 # (a decode one, a 64-token one, a prefill one with the copier warps), each with fixed and counter-fed items.
-for r in 0 1 2; do
+for r in 0 1 2 3; do
   mkdir -p "$OUT/race$r"
   OUT=$OUT/race$r MOESERVE_W4A8_RELEASE=$r SANITIZE_BINARY=test_gpu_rel SANITIZE_BUDGET=50 SANITIZE_RUN_MAX=50 \
     SANITIZE_W4A8_CONFIGS=bn8_wg1_g2_s5,bn64_wg2_g1_s8,bn128_wg2_g1_s5_pf \
@@ -51,15 +51,15 @@ if [ -n "$log0" ]; then
   echo "addresses ${lo_hi}(lowest, highest)"
 fi
 echo "## elapsed $(( $(date +%s) - T0 ))s"
-rel="bench_gpu_moe_w4a8 bench_gpu_moe_w4a8_rel=MOESERVE_W4A8_RELEASE=1 bench_gpu_moe_w4a8_rel=MOESERVE_W4A8_RELEASE=2"
+rel="bench_gpu_moe_w4a8 bench_gpu_moe_w4a8_rel=MOESERVE_W4A8_RELEASE=2 bench_gpu_moe_w4a8_rel=MOESERVE_W4A8_RELEASE=3"
 rel+=" bench_gpu_moe_w4a8_fence"
 # shellcheck disable=SC2086
-timeout 180 bash scripts/device-w4a8-ab.sh --prebuilt "$BIN" --rounds 2 -- --decode 1,4,16,64,256 \
-  --prefill - --settled @ $rel 2>&1 | grep -E "^==|^geomean|  1 |  4 |  64 "
+OUT=$OUT/decode timeout 150 bash scripts/device-w4a8-ab.sh --prebuilt "$BIN" --rounds 2 --picks -- \
+  --decode 1,4,16,64,256 --prefill - --settled --no-peer @ $rel 2>&1 | grep -E "^==|^geomean|  1 |  4 |  64 "
 echo "## elapsed $(( $(date +%s) - T0 ))s"
 left=$(( 540 - ($(date +%s) - T0) ))
 # shellcheck disable=SC2086
-timeout "$left" bash scripts/device-w4a8-ab.sh --prebuilt "$BIN" --rounds 2 -- --decode - --prefill 4096,16384,32768 \
-  @ $rel 2>&1 | grep -E "^==|^geomean|prefill"
+OUT=$OUT/prefill timeout "$left" bash scripts/device-w4a8-ab.sh --prebuilt "$BIN" --rounds 2 --picks -- --decode - \
+  --prefill 4096,16384,32768 --no-peer @ $rel 2>&1 | grep -E "^==|^geomean|prefill"
 echo "## elapsed $(( $(date +%s) - T0 ))s"
 bash scripts/pack-out.sh
