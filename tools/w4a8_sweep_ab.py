@@ -86,8 +86,9 @@ def compare_picks(a):
             changed.append(r)
         print(f"{key[0]:<10} {key[1]:<7} {key[2]:<8} {key[3]:>6}  {b_us:>9.1f} {n_us:>9.1f} {r:>8.3f}  "
               f"{b_cfg:<34} {n_cfg if n_cfg != b_cfg else '(same)'}")
-    print(f"geomean new/base {geomean(ratios):.3f} over {len(ratios)} keys; the {len(changed)} keys whose pick "
-          f"changed: {geomean(changed):.3f}" + (f" ({min(changed):.3f}-{max(changed):.3f})" if changed else ''))
+    print(f"geomean new/base {geomean(ratios):.3f} over {len(ratios)} keys; " +
+          (f"the {len(changed)} keys whose pick changed: {geomean(changed):.3f} ({min(changed):.3f}-{max(changed):.3f})"
+           if changed else "no pick changed"))
 
 
 def main():
