@@ -13,8 +13,9 @@ w4a8 US us [CONFIG]`) it adds each uniform-routing result's FP8 and HBM shares (
 Usage: python3 tools/w4a8_floors.py [--tokens 4096,16384,32768] [LOG ...]
 """
 import argparse
-import re
 import sys
+
+from w4a8_sweep_ab import PICK, matches  # the bench's result lines, as the A/B tool reads them
 
 COPY_BW = 4.28e12   # bytes/s, shared/reference/h200.md
 FP8_PEAK = 1418e12  # FLOP/s, the same
@@ -26,7 +27,6 @@ SHAPES = {  # bench_gpu_moe_w4a8's names: (experts, N, K)
     'flash_w13': (256, 4096, 4096),
     'flash_w2': (256, 4096, 2048),
 }
-RESULT = re.compile(r'(\S+)\s+prefill\s+uniform\s+T=(\d+)\s.*?\bw4a8\s+([\d.]+) us \[([^\]]+)\]')
 
 
 def expert_bytes(n, k):
@@ -45,15 +45,13 @@ def launch(shape, tokens):
 def measured(logs):
     """{(shape, tokens): (us, config)}: the fastest uniform prefill result per key over the logs."""
     best = {}
-    for name in logs:
-        with open(name, encoding='utf-8', errors='replace') as f:
-            for line in f:
-                m = RESULT.match(line)
-                if not m or m.group(1) not in SHAPES:
-                    continue
-                key, us = (m.group(1), int(m.group(2))), float(m.group(3))
-                if key not in best or us < best[key][0]:
-                    best[key] = (us, m.group(4))
+    for m in matches(logs, PICK):
+        shape, phase, routing, tokens, us, config = m.groups()
+        if shape not in SHAPES or phase != 'prefill' or routing != 'uniform':
+            continue
+        key, us = (shape, int(tokens)), float(us)
+        if key not in best or us < best[key][0]:
+            best[key] = (us, config)
     return best
 
 

@@ -566,12 +566,15 @@ int main(int argc, char** argv) {
     CK(cudaMemset(flags, 0, pack::moe_w4a8_flag_expert_words(N, K) * E * 8));
     // Peer weights: FP8 [E][N][K] (|v| < 2, no NaN) with 128x128 block scales [E][ceil(N/128)][round_up(K/128, 4)].
     // (None without the peer: 17 GB at V4-Pro W13.)
-    const size_t w8bytes = lt.usable() ? size_t(E) * N * K : 0;
-    uint8_t* w8 = lt.usable() ? dalloc<uint8_t>(w8bytes) : nullptr;
-    if (w8) fill_bytes(w8, w8bytes, 3, 0xbf);
-    const size_t wsn = lt.usable() ? size_t(E) * LtPeer::wscale_per_expert(N, K) : 0;
-    float* wscale = lt.usable() ? dalloc<float>(wsn) : nullptr;
-    if (wscale) fill_float(wscale, wsn, 1.0f / 64);
+    uint8_t* w8 = nullptr;
+    float* wscale = nullptr;
+    if (lt.usable()) {
+      const size_t w8bytes = size_t(E) * N * K, wsn = size_t(E) * LtPeer::wscale_per_expert(N, K);
+      w8 = dalloc<uint8_t>(w8bytes);
+      fill_bytes(w8, w8bytes, 3, 0xbf);
+      wscale = dalloc<float>(wsn);
+      fill_float(wscale, wsn, 1.0f / 64);
+    }
     cuda::MoeW4A8Weights W{w, flags, E, N, K};
     const double expert_bytes = double(N) * K * (0.5 + 1.0 / 32);
     const double peer_expert_bytes = double(N) * K + 4.0 * double(LtPeer::wscale_per_expert(N, K));
