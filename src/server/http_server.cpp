@@ -165,6 +165,11 @@ void HttpServer::install_routes() {
     std::vector<int32_t> prompt;
     try {
       parsed = parse_openai_request(kind, req.body, options_.defaults);
+      if (!parsed.ignored_fields.empty()) {
+        std::string names;
+        for (const auto& f : parsed.ignored_fields) names += (names.empty() ? "'" : ", '") + f + "'";
+        spdlog::warn("{}: ignored the request fields that moeserve does not know: {}", req.path, names);
+      }
       if (!parsed.model.empty() && parsed.model != model_name)
         throw ApiError(404, "not_found_error", "the model '" + parsed.model + "' does not exist (this server serves '" +
                                                    model_name + "')", "model");

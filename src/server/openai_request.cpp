@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "server/api_error.h"
+#include "server/request_fields.h"
 
 namespace moeserve::server {
 
@@ -171,6 +172,8 @@ ParsedRequest parse_openai_request(ApiKind kind, const std::string& body, const 
     if (!so->is_object()) bad_request("stream_options", "'stream_options' must be an object");
     r.include_usage = boolean(*so, "include_usage", false);
   }
+  refuse_unimplemented_fields(j, kind);
+  r.ignored_fields = unknown_fields(j, kind);
   return r;
 }
 

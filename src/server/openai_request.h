@@ -4,7 +4,8 @@
 // Supported: model, prompt (string, token-id array, or a one-element list of either), messages,
 // max_tokens / max_completion_tokens, temperature, top_p, top_k, seed, stop (string or list), stop_token_ids,
 // n = 1, stream, stream_options.include_usage, ignore_eos, skip_special_tokens; presence/frequency penalties
-// only at 0, logprobs not supported (a clear 400 rather than a silently different answer).
+// only at 0, logprobs not supported (a clear 400 rather than a silently different answer); the other fields that
+// would change the answer are refused the same way, and unknown ones listed (server/request_fields.h).
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ struct ParsedRequest {
   engine::GenerationParams params;
   bool stream = false;
   bool include_usage = false;
+  std::vector<std::string> ignored_fields;  // top-level fields no API that moeserve follows defines (logged)
 };
 
 struct RequestDefaults {

@@ -59,7 +59,8 @@ json mutate(json body, std::mt19937_64& g) {
   static const std::vector<std::string> fields = {
       "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed",
       "n", "presence_penalty", "frequency_penalty", "logprobs", "stop", "stop_token_ids", "ignore_eos",
-      "skip_special_tokens", "stream", "stream_options"};
+      "skip_special_tokens", "stream", "stream_options", "response_format", "tools", "tool_choice", "logit_bias",
+      "min_tokens", "echo", "best_of", "unknown_field"};
   for (int n = std::uniform_int_distribution<int>(1, 3)(g); n > 0; --n) {
     const std::string& f = fields[std::uniform_int_distribution<size_t>(0, fields.size() - 1)(g)];
     const int how = std::uniform_int_distribution<int>(0, 3)(g);
