@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 
 #include "core/log.h"
@@ -115,15 +116,33 @@ void HttpServer::install_routes() {
   auto& svr = *http_;
   const std::string model_name = options_.model_name;
 
-  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  // Each route's method, for a 405 that names it (filled below, before the server starts; read-only after).
+  auto route_methods = std::make_shared<std::map<std::string, std::string>>();
+  auto get = [&svr, route_methods](const char* path, httplib::Server::Handler handler) {
+    (*route_methods)[path] = "GET";
+    svr.Get(path, std::move(handler));
+  };
+  auto post = [&svr, route_methods](const char* path, httplib::Server::Handler handler) {
+    (*route_methods)[path] = "POST";
+    svr.Post(path, std::move(handler));
+  };
+  svr.set_error_handler([route_methods](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    if (res.status == 413)
+    const auto route = route_methods->find(req.path);
+    if (res.status == 413) {
       send_error(res, 413, error_body("invalid_request_error", "the request body is larger than the server accepts",
                                       "", 413));
-    else if (res.status == 404)
+    } else if ((res.status == 404 || res.status == 400) && route != route_methods->end() && route->second != req.method) {
+      res.set_header("Allow", route->second);
+      send_error(res, 405, error_body("invalid_request_error", req.path + " takes " + route->second + ", not " +
+                                                                   req.method, "", 405));
+    } else if (res.status == 404) {
       send_error(res, 404, error_body("not_found_error", "no route " + req.method + " " + req.path, "", 404));
-    else
-      send_error(res, res.status, error_body("invalid_request_error", "HTTP " + std::to_string(res.status), "", res.status));
+    } else {
+      send_error(res, res.status, error_body("invalid_request_error", "the HTTP request was refused (HTTP " +
+                                                                          std::to_string(res.status) + ")", "",
+                                             res.status));
+    }
   });
   svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
@@ -135,16 +154,16 @@ void HttpServer::install_routes() {
     send_error(res, 500, error_body("internal_server_error", what, "", 500));
   });
 
-  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  get("/health", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(dump(json{{"status", "ok"}, {"running", engine_->status().running}}), "application/json");
   });
-  svr.Get("/v1/models", [this, model_name](const httplib::Request&, httplib::Response& res) {
+  get("/v1/models", [this, model_name](const httplib::Request&, httplib::Response& res) {
     json model = {{"id", model_name}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "moeserve"},
                   {"max_model_len", engine_->max_model_len()}};
     res.set_content(dump(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
   });
   // SGLang's server-info endpoint, where bench_serving reads the speculative accept length.
-  svr.Get("/get_server_info", [this, model_name](const httplib::Request&, httplib::Response& res) {
+  get("/get_server_info", [this, model_name](const httplib::Request&, httplib::Response& res) {
     const auto& m = engine_->metrics();
     const double steps = double(m.spec_verify_steps.load());
     json state = {{"avg_spec_accept_length",
@@ -156,7 +175,7 @@ void HttpServer::install_routes() {
                               {"internal_states", json::array({state})}}),
                     "application/json");
   });
-  svr.Get("/metrics", [this, model_name](const httplib::Request&, httplib::Response& res) {
+  get("/metrics", [this, model_name](const httplib::Request&, httplib::Response& res) {
     res.set_content(render_metrics(engine_->status(), engine_->metrics(), model_name), "text/plain; version=0.0.4");
   });
 
@@ -331,10 +350,10 @@ void HttpServer::install_routes() {
     res.set_chunked_content_provider(stream ? "text/event-stream" : "application/json", provider, releaser);
   };
 
-  svr.Post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/completions", [generate](const httplib::Request& req, httplib::Response& res) {
     generate(ApiKind::Completion, req, res);
   });
-  svr.Post("/v1/chat/completions", [generate](const httplib::Request& req, httplib::Response& res) {
+  post("/v1/chat/completions", [generate](const httplib::Request& req, httplib::Response& res) {
     generate(ApiKind::Chat, req, res);
   });
 }

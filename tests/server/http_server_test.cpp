@@ -219,6 +219,23 @@ void disconnect_mid_stream(int port, const std::string& body) {
   close(fd);
 }
 
+TEST_F(Server, WrongMethodIsA405NamingTheRightOne) {
+  auto r = server_->client().Get("/v1/chat/completions");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "POST");
+  EXPECT_EQ(json::parse(r->body)["error"]["message"], "/v1/chat/completions takes POST, not GET");
+  r = server_->client().Post("/metrics", "", "text/plain");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "GET");
+  r = server_->client().Get("/v2/nothing");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(json::parse(r->body)["error"]["message"], "no route GET /v2/nothing");
+  expect_no_leak();
+}
+
 TEST_F(Server, ClientDisconnectAbortsTheRequest) {
   uint64_t before = server_->engine->metrics().requests_aborted.load();
   disconnect_mid_stream(server_->port(), json{{"prompt", "Once"}, {"max_tokens", 400}, {"stream", true},
