@@ -6,14 +6,13 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <map>
-#include <mutex>
 
 #include "core/log.h"
 #include "server/api_error.h"
 #include "server/chat_template.h"
+#include "server/completion_response.h"
+#include "server/json_text.h"
 #include "server/metrics_text.h"
 
 namespace moeserve::server {
@@ -23,43 +22,14 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// What the engine thread hands to the HTTP thread of one request.
-struct ResponseState {
-  std::mutex mutex;
-  std::condition_variable ready;
-  std::deque<std::string> chunks;  // SSE events ready to send (streaming)
-  std::string text;                // whole output (non-streaming)
-  bool done = false;
-  engine::FinishReason finish = engine::FinishReason::None;
-  std::string error;
-  int64_t prompt_tokens = 0, completion_tokens = 0;
-  uint64_t spec_verify_steps = 0;
-};
-
 int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
-
-json usage_json(int64_t prompt, int64_t completion, uint64_t spec_steps = 0) {
-  json u = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
-  if (spec_steps > 0) {  // speculative decoding: verify steps and tokens per step (SGLang's accept length)
-    u["spec_verify_steps"] = spec_steps;
-    u["spec_accept_length"] = double(completion) / double(spec_steps);
-  }
-  return u;
-}
-
-std::string sse(const json& j);
-
-// JSON text of a response; invalid UTF-8 in strings (say, echoed from a request) becomes U+FFFD.
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 void send_error(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(dump(body), "application/json");
 }
-
-std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
 
 // Debian's cpp-httplib 0.11 listens with a backlog of 5, so a burst of connections (64 clients at once) gets
 // some refused or reset. Linux lets listen() be called again to change the backlog: find our listening socket
@@ -222,114 +192,46 @@ void HttpServer::install_routes() {
       return;
     }
 
-    auto state = std::make_shared<ResponseState>();
-    const bool stream = parsed.stream, include_usage = parsed.include_usage;
-    const std::string id = (kind == ApiKind::Chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
-    const int64_t created = unix_time();
-    auto chunk = [kind, id, created, model_name](const std::string& text, const char* finish, bool first) {
-      json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
-      if (kind == ApiKind::Chat) {
-        json delta = json::object();
-        if (first) delta["role"] = "assistant";
-        if (!text.empty() || first) delta["content"] = text;
-        choice["delta"] = delta;
-      } else {
-        choice["text"] = text;
-      }
-      return json{{"id", id}, {"object", kind == ApiKind::Chat ? "chat.completion.chunk" : "text_completion"},
-                  {"created", created}, {"model", model_name}, {"choices", json::array({choice})}};
-    };
-    auto first_chunk_sent = std::make_shared<bool>(false);
-    engine::EventSink sink = [state, stream, include_usage, chunk, first_chunk_sent, kind, id, created,
-                              model_name](const engine::RequestEvent& e) {
-      std::lock_guard<std::mutex> lock(state->mutex);
-      state->prompt_tokens = e.prompt_tokens;
-      state->completion_tokens = e.completion_tokens;
-      state->spec_verify_steps = e.spec_verify_steps;
-      if (e.finish == engine::FinishReason::Error) {
-        state->error = e.error;
-        state->done = true;
-        if (stream) state->chunks.push_back(sse(error_body("internal_server_error", e.error, "", 500)));
-        state->ready.notify_all();
-        return;
-      }
-      if (stream) {
-        const bool finished = e.finish != engine::FinishReason::None;
-        if (!e.text.empty() || !*first_chunk_sent) {
-          state->chunks.push_back(sse(chunk(e.text, nullptr, !*first_chunk_sent && kind == ApiKind::Chat)));
-          *first_chunk_sent = true;
-        }
-        if (finished) {
-          state->chunks.push_back(sse(chunk("", engine::finish_reason_name(e.finish), false)));
-          if (include_usage)
-            state->chunks.push_back(sse({{"id", id}, {"object", kind == ApiKind::Chat ? "chat.completion.chunk"
-                                                                                      : "text_completion"},
-                                         {"created", created}, {"model", model_name}, {"choices", json::array()},
-                                         {"usage", usage_json(e.prompt_tokens, e.completion_tokens, e.spec_verify_steps)}}));
-        }
-      } else {
-        state->text += e.text;
-      }
-      if (e.finish != engine::FinishReason::None) {
-        state->finish = e.finish;
-        state->done = true;
-      }
-      state->ready.notify_all();
-    };
+    ResponseHeader header;
+    header.kind = kind;
+    header.id = (kind == ApiKind::Chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+    header.created = unix_time();
+    header.model = model_name;
+    header.stream = parsed.stream;
+    header.include_usage = parsed.include_usage;
+    const bool stream = parsed.stream;
+    auto response = std::make_shared<CompletionResponse>(header, parsed.n);
 
-    uint64_t request_id = 0;
+    // One engine request per choice; with a seed, choice i samples with seed + i (as if sent alone with it).
+    auto engine = engine_;
+    std::vector<uint64_t> request_ids;
     try {
-      request_id = engine_->submit(prompt, parsed.params, sink);
+      for (int i = 0; i < parsed.n; ++i) {
+        engine::GenerationParams params = parsed.params;
+        if (params.seed) *params.seed += uint64_t(i);
+        request_ids.push_back(
+            engine->submit(prompt, params, [response, i](const engine::RequestEvent& e) { response->on_event(i, e); }));
+      }
     } catch (const Error& e) {
+      for (uint64_t id : request_ids) engine->abort(id);
       send_error(res, 400, error_body("invalid_request_error", e.what(), parsed.max_tokens_given ? "max_tokens" : "", 400));
       return;
     }
 
-    auto engine = engine_;
     auto last_write = std::make_shared<Clock::time_point>(Clock::now());
-    auto provider = [state, stream, engine, request_id, last_write, kind, id, created, model_name](
-                        size_t, httplib::DataSink& out) {
-      std::unique_lock<std::mutex> lock(state->mutex);
-      state->ready.wait_for(lock, std::chrono::milliseconds(200), [&] { return !state->chunks.empty() || state->done; });
-      if (stream) {
-        while (!state->chunks.empty()) {
-          std::string c = std::move(state->chunks.front());
-          state->chunks.pop_front();
-          lock.unlock();
-          if (!out.write(c.data(), c.size())) return false;  // client gone: the releaser aborts the request
-          *last_write = Clock::now();
-          lock.lock();
-        }
-        if (state->done) {
-          lock.unlock();
-          static const std::string kDone = "data: [DONE]\n\n";
-          if (!out.write(kDone.data(), kDone.size())) return false;
-          out.done();
-          return true;
-        }
-      } else if (state->done) {
-        std::string body;
-        if (!state->error.empty()) {
-          body = dump(error_body("internal_server_error", state->error, "", 500));
-        } else {
-          json choice = {{"index", 0}, {"logprobs", nullptr},
-                         {"finish_reason", engine::finish_reason_name(state->finish)}};
-          if (kind == ApiKind::Chat)
-            choice["message"] = {{"role", "assistant"}, {"content", state->text}};
-          else
-            choice["text"] = state->text;
-          body = dump(json{{"id", id}, {"object", kind == ApiKind::Chat ? "chat.completion" : "text_completion"},
-                           {"created", created}, {"model", model_name}, {"choices", json::array({choice})},
-                           {"usage", usage_json(state->prompt_tokens, state->completion_tokens, state->spec_verify_steps)}});
-        }
-        lock.unlock();
-        if (!out.write(body.data(), body.size())) return false;
+    auto provider = [response, stream, last_write](size_t, httplib::DataSink& out) {
+      bool finished = false;
+      const std::string text = response->next(std::chrono::milliseconds(200), &finished);
+      // A write to a closed connection fails, which is how a vanished client is noticed (the releaser aborts).
+      if (!text.empty()) {
+        if (!out.write(text.data(), text.size())) return false;
+        *last_write = Clock::now();
+      }
+      if (finished) {
         out.done();
         return true;
       }
-      if (lock.owns_lock()) lock.unlock();
       // A keep-alive while waiting: an SSE comment, or JSON-insignificant whitespace before a plain body.
-      // A write to a closed connection fails, which is how a vanished client is noticed.
       if (Clock::now() - *last_write > std::chrono::seconds(1)) {
         static const std::string kPing = ": ping\n\n", kSpace = " ";
         const std::string& p = stream ? kPing : kSpace;
@@ -338,13 +240,9 @@ void HttpServer::install_routes() {
       }
       return true;
     };
-    auto releaser = [state, engine, request_id](bool success) {
-      bool done;
-      {
-        std::lock_guard<std::mutex> lock(state->mutex);
-        done = state->done;
-      }
-      if (!success || !done) engine->abort(request_id);
+    // Whatever ended the response (client gone, an error in one choice, or all done), no choice runs on.
+    auto releaser = [response, engine, request_ids](bool) {
+      for (int i : response->unfinished()) engine->abort(request_ids[size_t(i)]);
     };
     if (stream) res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(stream ? "text/event-stream" : "application/json", provider, releaser);

@@ -141,7 +141,10 @@ ParsedRequest parse_openai_request(ApiKind kind, const std::string& body, const 
   if (r.params.sampling.top_p <= 0.0f) bad_request("top_p", "'top_p' must be in (0, 1]");
   r.params.sampling.top_k = integer(j, "top_k", -1).value_or(0);
   if (auto seed = integer(j, "seed", INT64_MIN)) r.params.seed = uint64_t(*seed);
-  if (auto n = integer(j, "n", 1); n && *n != 1) bad_request("n", "only n = 1 is supported");
+  if (auto n = integer(j, "n", 1)) {
+    if (*n > kMaxChoices) bad_request("n", "'n' must be at most " + std::to_string(kMaxChoices) + ", got " + std::to_string(*n));
+    r.n = int(*n);
+  }
   for (const char* penalty : {"presence_penalty", "frequency_penalty"})
     if (number(j, penalty, -2.0, 2.0, 0.0) != 0.0)
       bad_request(penalty, std::string("'") + penalty + "' is not supported (only 0)");

@@ -3,7 +3,7 @@
 // needs. Every problem is a 400 ApiError naming the field (OpenAI's `param`) and the expectation.
 // Supported: model, prompt (string, token-id array, or a one-element list of either), messages,
 // max_tokens / max_completion_tokens, temperature, top_p, top_k, seed, stop (string or list), stop_token_ids,
-// n = 1, stream, stream_options.include_usage, ignore_eos, skip_special_tokens; presence/frequency penalties
+// n (choices, each its own engine request), stream, stream_options.include_usage, ignore_eos, skip_special_tokens; presence/frequency penalties
 // only at 0, logprobs not supported (a clear 400 rather than a silently different answer); the other fields that
 // would change the answer are refused the same way, and unknown ones listed (server/request_fields.h).
 #include <optional>
@@ -19,6 +19,8 @@ namespace moeserve::server {
 
 enum class ApiKind { Completion, Chat };
 
+inline constexpr int64_t kMaxChoices = 128;  // the most `n` a request may ask for (OpenAI's limit)
+
 struct ParsedRequest {
   ApiKind kind = ApiKind::Completion;
   std::string model;
@@ -29,6 +31,7 @@ struct ParsedRequest {
   engine::GenerationParams params;
   bool stream = false;
   bool include_usage = false;
+  int n = 1;  // choices
   std::vector<std::string> ignored_fields;  // top-level fields no API that moeserve follows defines (logged)
 };
 

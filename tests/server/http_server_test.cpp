@@ -9,6 +9,7 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "engine/generate.h"
 #include "server/server_fixture.h"
@@ -130,6 +131,70 @@ TEST_F(Server, StreamingChatMatchesNonStreaming) {
   expect_no_leak();
 }
 
+TEST_F(Server, SeveralChoicesAreEachWhatTheirSeedGivesAlone) {
+  const json base = {{"prompt", "The old house"}, {"max_tokens", 10}, {"temperature", 0.9}, {"seed", 41},
+                     {"ignore_eos", true}};
+  json body = base;
+  body["n"] = 3;
+  int status = 0;
+  json r = post("/v1/completions", body, &status);
+  ASSERT_EQ(status, 200) << r.dump();
+  ASSERT_EQ(r["choices"].size(), 3u);
+  std::set<std::string> distinct;
+  for (int i = 0; i < 3; ++i) {
+    json alone = base;
+    alone["seed"] = 41 + i;  // choice i samples as a request with seed + i
+    json one = post("/v1/completions", alone);
+    EXPECT_EQ(r["choices"][i]["index"], i);
+    EXPECT_EQ(r["choices"][i]["text"], one["choices"][0]["text"]) << "choice " << i;
+    EXPECT_EQ(r["choices"][i]["finish_reason"], "length");
+    EXPECT_EQ(r["usage"]["prompt_tokens"], one["usage"]["prompt_tokens"]);  // the prompt counts once
+    distinct.insert(r["choices"][i]["text"].get<std::string>());
+  }
+  EXPECT_GT(distinct.size(), 1u);  // the seeds differ, and so (at temperature 0.9) do the samples
+  EXPECT_EQ(r["usage"]["completion_tokens"], 30);
+
+  // Streaming chat: each choice's chunks carry its index, the first one the role; put together they are the
+  // non-streaming answer, and the usage chunk comes once, after every choice has finished.
+  json chat = {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}}, {"max_tokens", 6},
+               {"temperature", 0.9}, {"seed", 7}, {"ignore_eos", true}, {"n", 2}};
+  json whole = post("/v1/chat/completions", chat);
+  chat["stream"] = true;
+  chat["stream_options"] = {{"include_usage", true}};
+  auto ev = events("/v1/chat/completions", chat);
+  ASSERT_GE(ev.size(), 4u);
+  EXPECT_EQ(ev.back(), "[DONE]");
+  std::vector<std::string> content(2);
+  std::vector<int> chunks(2, 0), finishes(2, 0);
+  json usage;
+  for (size_t i = 0; i + 1 < ev.size(); ++i) {
+    json c = json::parse(ev[i]);
+    if (c.contains("usage")) {
+      EXPECT_EQ(i + 2, ev.size()) << "the usage chunk is the last before [DONE]";
+      usage = c["usage"];
+      continue;
+    }
+    const int k = c["choices"][0]["index"];
+    ASSERT_TRUE(k == 0 || k == 1) << ev[i];
+    EXPECT_EQ(finishes[k], 0) << "a chunk of choice " << k << " after its finish";
+    const json& delta = c["choices"][0]["delta"];
+    EXPECT_EQ(delta.contains("role"), chunks[k]++ == 0) << ev[i];
+    if (delta.contains("content")) content[k] += delta["content"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) ++finishes[k];
+  }
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(finishes[k], 1);
+    EXPECT_EQ(content[k], whole["choices"][k]["message"]["content"]) << "choice " << k;
+  }
+  EXPECT_EQ(usage["completion_tokens"], 12);
+  EXPECT_EQ(usage["prompt_tokens"], whole["usage"]["prompt_tokens"]);
+
+  // Greedy choices are all the greedy continuation.
+  json greedy = post("/v1/completions", {{"prompt", "The old house"}, {"max_tokens", 5}, {"temperature", 0}, {"n", 2}});
+  EXPECT_EQ(greedy["choices"][0]["text"], greedy["choices"][1]["text"]);
+  expect_no_leak();
+}
+
 TEST_F(Server, StopStringEndsTheTextBeforeIt) {
   json body = {{"prompt", "It was a"}, {"max_tokens", 30}, {"temperature", 0}, {"ignore_eos", true}};
   std::string full = post("/v1/completions", body)["choices"][0]["text"];
@@ -184,6 +249,8 @@ TEST_F(Server, BadInputGets4xxWithAnErrorObject) {
   expect_error(chat, R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})", 400,
                "tools are supported only with tool_choice \"none\"");
   expect_error(completions, R"({"prompt": "hi", "echo": true})", 400, "'echo' is not supported");
+  expect_error(completions, R"({"prompt": "hi", "n": 0})", 400, "'n' must be >= 1");
+  expect_error(completions, R"({"prompt": "hi", "n": 129})", 400, "'n' must be at most 128");
   expect_error(completions, R"({"prompt": 42})", 400, "'prompt' must be a string");
   expect_error(completions, R"({"prompt": [1, 99999]})", 400, "outside the vocabulary");
   std::string long_prompt(6000, 'x');
@@ -246,6 +313,14 @@ TEST_F(Server, ClientDisconnectAbortsTheRequest) {
   expect_no_leak();
   json ok = post("/v1/completions", {{"prompt", "Again"}, {"max_tokens", 2}});
   EXPECT_EQ(ok["choices"][0]["finish_reason"].is_string(), true);
+  // With several choices, every one of them is aborted.
+  before = server_->engine->metrics().requests_aborted.load();
+  disconnect_mid_stream(server_->port(), json{{"prompt", "Once"}, {"max_tokens", 400}, {"stream", true},
+                                              {"ignore_eos", true}, {"n", 3}}.dump());
+  for (int i = 0; i < 200 && server_->engine->metrics().requests_aborted.load() < before + 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(server_->engine->metrics().requests_aborted.load(), before + 3);
+  expect_no_leak();
 }
 
 TEST_F(Server, SixtyFourConcurrentStreamsAllComplete) {

@@ -1,0 +1,135 @@
+#include "server/completion_response.h"
+
+#include "server/api_error.h"
+#include "server/json_text.h"
+
+namespace moeserve::server {
+
+using nlohmann::json;
+
+json usage_json(int64_t prompt, int64_t completion, uint64_t spec_steps) {
+  json u = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  if (spec_steps > 0) {  // speculative decoding: verify steps and tokens per step (SGLang's accept length)
+    u["spec_verify_steps"] = spec_steps;
+    u["spec_accept_length"] = double(completion) / double(spec_steps);
+  }
+  return u;
+}
+
+CompletionResponse::CompletionResponse(ResponseHeader header, int choices)
+    : header_(std::move(header)), choices_(size_t(choices)) {}
+
+json CompletionResponse::chunk(int choice, const std::string& text, const char* finish, bool with_role) const {
+  json c = {{"index", choice}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
+  if (header_.kind == ApiKind::Chat) {
+    json delta = json::object();
+    if (with_role) delta["role"] = "assistant";
+    if (!text.empty() || with_role) delta["content"] = text;
+    c["delta"] = delta;
+  } else {
+    c["text"] = text;
+  }
+  return json{{"id", header_.id},
+              {"object", header_.kind == ApiKind::Chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", header_.created},
+              {"model", header_.model},
+              {"choices", json::array({c})}};
+}
+
+// The prompt once (every choice has the same), the completions of all choices.
+json CompletionResponse::usage() const {
+  int64_t completion = 0;
+  uint64_t steps = 0;
+  for (const Choice& c : choices_) {
+    completion += c.completion_tokens;
+    steps += c.spec_verify_steps;
+  }
+  return usage_json(prompt_tokens_, completion, steps);
+}
+
+json CompletionResponse::body() const {
+  json choices = json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    json c = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", engine::finish_reason_name(choices_[i].finish)}};
+    if (header_.kind == ApiKind::Chat)
+      c["message"] = {{"role", "assistant"}, {"content", choices_[i].text}};
+    else
+      c["text"] = choices_[i].text;
+    choices.push_back(std::move(c));
+  }
+  return json{{"id", header_.id},
+              {"object", header_.kind == ApiKind::Chat ? "chat.completion" : "text_completion"},
+              {"created", header_.created},
+              {"model", header_.model},
+              {"choices", std::move(choices)},
+              {"usage", usage()}};
+}
+
+void CompletionResponse::on_event(int choice, const engine::RequestEvent& e) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (done_) return;  // another choice failed: the response has ended
+  Choice& c = choices_[size_t(choice)];
+  prompt_tokens_ = e.prompt_tokens;
+  c.completion_tokens = e.completion_tokens;
+  c.spec_verify_steps = e.spec_verify_steps;
+  if (e.finish == engine::FinishReason::Error) {
+    c.finish = e.finish;
+    error_ = e.error;
+    done_ = true;
+    if (header_.stream) events_.push_back(sse(error_body("internal_server_error", e.error, "", 500)));
+    ready_.notify_all();
+    return;
+  }
+  const bool finished = e.finish != engine::FinishReason::None;
+  if (header_.stream) {
+    if (!e.text.empty() || !c.sent_first) {
+      events_.push_back(sse(chunk(choice, e.text, nullptr, !c.sent_first && header_.kind == ApiKind::Chat)));
+      c.sent_first = true;
+    }
+    if (finished) events_.push_back(sse(chunk(choice, "", engine::finish_reason_name(e.finish), false)));
+  } else {
+    c.text += e.text;
+  }
+  if (finished) {
+    c.finish = e.finish;
+    if (++finished_ == int(choices_.size())) {
+      done_ = true;
+      if (header_.stream && header_.include_usage)
+        events_.push_back(sse({{"id", header_.id},
+                               {"object", header_.kind == ApiKind::Chat ? "chat.completion.chunk" : "text_completion"},
+                               {"created", header_.created},
+                               {"model", header_.model},
+                               {"choices", json::array()},
+                               {"usage", usage()}}));
+    }
+  }
+  ready_.notify_all();
+}
+
+std::string CompletionResponse::next(std::chrono::milliseconds wait, bool* finished) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ready_.wait_for(lock, wait, [&] { return !events_.empty() || done_; });
+  std::string out;
+  *finished = false;
+  if (header_.stream) {
+    for (; !events_.empty(); events_.pop_front()) out += events_.front();
+    if (done_) {
+      out += "data: [DONE]\n\n";
+      *finished = true;
+    }
+  } else if (done_) {
+    out = dump(error_.empty() ? body() : error_body("internal_server_error", error_, "", 500));
+    *finished = true;
+  }
+  return out;
+}
+
+std::vector<int> CompletionResponse::unfinished() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<int> out;
+  for (size_t i = 0; i < choices_.size(); ++i)
+    if (choices_[i].finish == engine::FinishReason::None) out.push_back(int(i));
+  return out;
+}
+
+}  // namespace moeserve::server

@@ -1,0 +1,69 @@
+#pragma once
+// One OpenAI completion response assembled from the engine's events for its n choices (each choice one engine
+// request): SSE chunks as they come when streaming, else the whole body once every choice has finished. The
+// engine thread calls on_event, the HTTP thread next(). An error in any choice ends the response with that error
+// (the caller aborts the choices still unfinished).
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/request.h"
+#include "server/openai_request.h"
+
+namespace moeserve::server {
+
+// What every chunk or body of the response repeats, and how it is sent.
+struct ResponseHeader {
+  ApiKind kind = ApiKind::Completion;
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;  // streaming: a last chunk with the usage
+};
+
+// OpenAI's usage object; with speculative decoding also SGLang's verify steps and accept length.
+nlohmann::json usage_json(int64_t prompt, int64_t completion, uint64_t spec_steps = 0);
+
+class CompletionResponse {
+ public:
+  CompletionResponse(ResponseHeader header, int choices);
+
+  // Engine thread: an event of choice `choice`'s request.
+  void on_event(int choice, const engine::RequestEvent& e);
+  // HTTP thread: waits up to `wait` for something to send and returns it (SSE events, [DONE] after the last; or
+  // the whole JSON body). *finished is set once the response is complete; next() is not called after that.
+  std::string next(std::chrono::milliseconds wait, bool* finished);
+  // The choices whose requests have not finished (to abort when the client goes away or another choice failed).
+  std::vector<int> unfinished() const;
+
+ private:
+  struct Choice {
+    std::string text;  // whole output (not streaming)
+    engine::FinishReason finish = engine::FinishReason::None;
+    bool sent_first = false;
+    int64_t completion_tokens = 0;
+    uint64_t spec_verify_steps = 0;
+  };
+  nlohmann::json chunk(int choice, const std::string& text, const char* finish, bool with_role) const;
+  nlohmann::json usage() const;  // mutex_ held
+  nlohmann::json body() const;   // mutex_ held
+
+  const ResponseHeader header_;
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::string> events_;  // SSE events ready to send (streaming)
+  std::vector<Choice> choices_;
+  int64_t prompt_tokens_ = 0;
+  int finished_ = 0;
+  std::string error_;
+  bool done_ = false;  // every choice finished, or one failed
+};
+
+}  // namespace moeserve::server
