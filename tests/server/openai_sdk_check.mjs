@@ -23,6 +23,15 @@ assert.equal(chat.usage.completion_tokens, 10);
 assert.ok(chat.usage.prompt_tokens > 0);
 assert.equal(chat.usage.total_tokens, chat.usage.prompt_tokens + chat.usage.completion_tokens);
 
+// Two choices of a seeded sample: the SDK sees both, in order, with the usage of both.
+const two = await client.chat.completions.create({
+  model, messages: [{ role: "user", content: "Where did they go?" }], max_tokens: 4, n: 2, temperature: 0.9,
+  seed: 3, ignore_eos: true,
+});
+assert.deepEqual(two.choices.map((c) => c.index), [0, 1]);
+assert.ok(two.choices.every((c) => c.message.role === "assistant" && c.finish_reason === "length"));
+assert.equal(two.usage.completion_tokens, 8);
+
 // The same chat, streamed: the deltas add up to the same text.
 const stream = await client.chat.completions.create({
   model, messages: [{ role: "user", content: "Where did they go?" }], max_tokens: 10, stream: true,
