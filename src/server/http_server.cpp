@@ -14,6 +14,7 @@
 #include "server/completion_response.h"
 #include "server/json_text.h"
 #include "server/metrics_text.h"
+#include "server/tokenize_api.h"
 
 namespace moeserve::server {
 
@@ -29,6 +30,13 @@ int64_t unix_time() {
 void send_error(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(dump(body), "application/json");
+}
+
+// A request may name the model; only the served one exists (404 naming it otherwise, as OpenAI does).
+void check_model_name(const std::string& asked, const std::string& served) {
+  if (!asked.empty() && asked != served)
+    throw ApiError(404, "not_found_error", "the model '" + asked + "' does not exist (this server serves '" + served +
+                                               "')", "model");
 }
 
 // Debian's cpp-httplib 0.11 listens with a backlog of 5, so a burst of connections (64 clients at once) gets
@@ -127,10 +135,42 @@ void HttpServer::install_routes() {
   get("/health", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(dump(json{{"status", "ok"}, {"running", engine_->status().running}}), "application/json");
   });
-  get("/v1/models", [this, model_name](const httplib::Request&, httplib::Response& res) {
-    json model = {{"id", model_name}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "moeserve"},
-                  {"max_model_len", engine_->max_model_len()}};
-    res.set_content(dump(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
+  auto model_card = [this, model_name] {
+    return json{{"id", model_name}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "moeserve"},
+                {"max_model_len", engine_->max_model_len()}};
+  };
+  get("/v1/models", [model_card](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump(json{{"object", "list"}, {"data", json::array({model_card()})}}), "application/json");
+  });
+  // OpenAI's retrieve (the SDK's models.retrieve); a path, so names with '/' in them work.
+  svr.Get(R"(/v1/models/(.+))", [model_card, model_name](const httplib::Request& req, httplib::Response& res) {
+    try {
+      check_model_name(req.matches[1], model_name);
+      res.set_content(dump(model_card()), "application/json");
+    } catch (const ApiError& e) {
+      send_error(res, e.status(), e.body());
+    }
+  });
+  // vLLM's token counting endpoints, with the served tokenizer.
+  auto tokenizer_route = [this, model_name](const httplib::Request& req, httplib::Response& res, bool tokenize) {
+    try {
+      const json body = parse_json_object(req.body);
+      const json& model = body.contains("model") ? body["model"] : json(nullptr);
+      if (!model.is_null() && !model.is_string()) bad_request("model", "'model' must be a string");
+      check_model_name(model.is_string() ? model.get<std::string>() : "", model_name);
+      if (!tokenizer_) bad_request("", "this model has no tokenizer");
+      res.set_content(dump(tokenize ? tokenize_response(body, *tokenizer_, engine_->max_model_len())
+                                    : detokenize_response(body, *tokenizer_)),
+                      "application/json");
+    } catch (const ApiError& e) {
+      send_error(res, e.status(), e.body());
+    }
+  };
+  post("/tokenize", [tokenizer_route](const httplib::Request& req, httplib::Response& res) {
+    tokenizer_route(req, res, true);
+  });
+  post("/detokenize", [tokenizer_route](const httplib::Request& req, httplib::Response& res) {
+    tokenizer_route(req, res, false);
   });
   // SGLang's server-info endpoint, where bench_serving reads the speculative accept length.
   get("/get_server_info", [this, model_name](const httplib::Request&, httplib::Response& res) {
@@ -159,9 +199,7 @@ void HttpServer::install_routes() {
         for (const auto& f : parsed.ignored_fields) names += (names.empty() ? "'" : ", '") + f + "'";
         spdlog::warn("{}: ignored the request fields that moeserve does not know: {}", req.path, names);
       }
-      if (!parsed.model.empty() && parsed.model != model_name)
-        throw ApiError(404, "not_found_error", "the model '" + parsed.model + "' does not exist (this server serves '" +
-                                                   model_name + "')", "model");
+      check_model_name(parsed.model, model_name);
       if (parsed.prompt_ids) {
         prompt = *parsed.prompt_ids;
       } else {

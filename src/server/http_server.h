@@ -1,6 +1,6 @@
 #pragma once
 // The OpenAI-compatible HTTP server: POST /v1/completions and /v1/chat/completions (streaming SSE and not),
-// GET /v1/models, /health, /metrics. Requests are validated here (4xx with an OpenAI error object naming the
+// GET /v1/models[/{id}], /health, /metrics, /get_server_info; POST /tokenize, /detokenize. Requests are validated here (4xx with an OpenAI error object naming the
 // field) and run by the engine; a client that goes away mid-request aborts it, and its KV pages are freed.
 #include <atomic>
 #include <memory>

@@ -99,7 +99,7 @@ size_t invalid_utf8_at(const std::string& s) {
   return std::string::npos;
 }
 
-ParsedRequest parse_openai_request(ApiKind kind, const std::string& body, const RequestDefaults& defaults) {
+json parse_json_object(const std::string& body) {
   if (size_t at = invalid_utf8_at(body); at != std::string::npos)
     bad_request("", "the request body is not valid UTF-8 (byte " + std::to_string(at) + ")");
   json j;
@@ -109,6 +109,11 @@ ParsedRequest parse_openai_request(ApiKind kind, const std::string& body, const 
     bad_request("", std::string("the request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) bad_request("", "the request body must be a JSON object");
+  return j;
+}
+
+ParsedRequest parse_openai_request(ApiKind kind, const std::string& body, const RequestDefaults& defaults) {
+  const json j = parse_json_object(body);
   ParsedRequest r;
   r.kind = kind;
   if (const json* m = field(j, "model")) {

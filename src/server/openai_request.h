@@ -40,6 +40,9 @@ struct RequestDefaults {
   int64_t chat_max_tokens = 256;       // when a chat request gives none
 };
 
+// A request body as a JSON object (invalid UTF-8, invalid JSON or another JSON value -> 400).
+nlohmann::json parse_json_object(const std::string& body);
+
 // `body` is the raw request body (invalid JSON / invalid UTF-8 -> 400).
 ParsedRequest parse_openai_request(ApiKind kind, const std::string& body, const RequestDefaults& defaults);
 

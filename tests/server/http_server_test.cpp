@@ -75,6 +75,47 @@ TEST_F(Server, HealthAndModels) {
   EXPECT_EQ(j["object"], "list");
   EXPECT_EQ(j["data"][0]["id"], "demo");
   EXPECT_EQ(j["data"][0]["max_model_len"], 512);
+  auto one = server_->client().Get("/v1/models/demo");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200);
+  EXPECT_EQ(json::parse(one->body), j["data"][0]);
+  auto other = server_->client().Get("/v1/models/gpt-4");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  EXPECT_EQ(json::parse(other->body)["error"]["param"], "model");
+}
+
+TEST_F(Server, TokenizeAndDetokenizeUseTheServedTokenizer) {
+  const std::string text = "The old man said that it was late.";
+  int status = 0;
+  json t = post("/tokenize", {{"model", "demo"}, {"prompt", text}, {"return_token_strs", true}}, &status);
+  ASSERT_EQ(status, 200) << t.dump();
+  const auto ids = server_->tokenizer->encode(text, true);
+  EXPECT_EQ(t["tokens"], ids);
+  EXPECT_EQ(t["count"], ids.size());
+  EXPECT_EQ(t["max_model_len"], 512);
+  std::string joined;
+  for (const auto& s : t["token_strs"]) joined += s.get<std::string>();
+  EXPECT_EQ(joined, server_->tokenizer->decode(ids));
+  json plain = post("/tokenize", {{"prompt", text}, {"add_special_tokens", false}});
+  EXPECT_EQ(plain["tokens"], server_->tokenizer->encode(text, false));
+  EXPECT_TRUE(plain["token_strs"].is_null());
+  EXPECT_EQ(post("/detokenize", {{"tokens", plain["tokens"]}})["prompt"], text);
+  // Messages are rendered as the chat route renders them: the same prompt_tokens.
+  const json messages = {{{"role", "user"}, {"content", "Hello!"}}};
+  json chat = post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 1}});
+  EXPECT_EQ(post("/tokenize", {{"messages", messages}})["count"], chat["usage"]["prompt_tokens"]);
+  // Bad bodies name the field.
+  post("/tokenize", {{"prompt", 5}}, &status);
+  EXPECT_EQ(status, 400);
+  json both = post("/tokenize", {{"prompt", "a"}, {"messages", messages}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(both["error"]["message"].get<std::string>().find("exactly one of"), std::string::npos);
+  json bad = post("/detokenize", {{"tokens", {1, -2}}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(bad["error"]["param"], "tokens");
+  post("/detokenize", {{"tokens", {1}}, {"model", "nope"}}, &status);
+  EXPECT_EQ(status, 404);
 }
 
 TEST_F(Server, CompletionIsTheGreedyContinuation) {

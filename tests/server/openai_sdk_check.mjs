@@ -74,6 +74,9 @@ await assert.rejects(
   client.chat.completions.create({ model, messages: [] }),
   (e) => e.status === 400 && /must not be empty/.test(e.message));
 
+// One model retrieved by name.
+assert.equal((await client.models.retrieve(model)).id, model);
+
 // Models list.
 const models = await client.models.list();
 assert.equal(models.data[0].id, model);
