@@ -81,6 +81,8 @@ uint64_t Engine::submit(std::vector<int32_t> prompt, GenerationParams params, Ev
         "total)",
         max_model_len_, prompt.size(), params.max_tokens, total);
   validate(params.sampling);
+  check(params.logprobs >= -1 && params.logprobs <= kMaxTopLogprobs, "logprobs must be between 0 and {}, got {}",
+        kMaxTopLogprobs, params.logprobs);
   for (const auto& s : params.stop_strings) check(!s.empty(), "stop strings must not be empty");
 
   auto r = std::make_unique<Request>();
@@ -164,9 +166,10 @@ void Engine::loop() {
   }
 }
 
-void Engine::emit(Request& r, std::vector<int32_t> tokens, FinishReason finish) {
+void Engine::emit(Request& r, std::vector<int32_t> tokens, FinishReason finish, std::vector<TokenLogprobs> logprobs) {
   RequestEvent e;
   e.token_ids = std::move(tokens);
+  e.logprobs = std::move(logprobs);
   e.finish = finish;
   e.prompt_tokens = int64_t(r.prompt.size());
   e.completion_tokens = int64_t(r.output.size());
@@ -210,8 +213,11 @@ void Engine::step() {
   std::vector<uint64_t> finished;
   std::vector<model::ForwardRequest> forward;
   // A backend that samples on the device takes each drawing request's settings and uniform with the forward
-  // (drawn here from the request's stream as sample_token would) and returns tokens instead of logits.
-  const bool device_sampling = backend_->samples_on_device() && !spec;
+  // (drawn here from the request's stream as sample_token would) and returns tokens instead of logits; a batch
+  // with a request that wants logprobs brings the logits back and samples here (the same draws, a slower step).
+  const bool wants_logprobs =
+      std::any_of(batch.begin(), batch.end(), [](const BatchItem& b) { return b.request->params.logprobs >= 0; });
+  const bool device_sampling = backend_->samples_on_device() && !spec && !wants_logprobs;
   for (const BatchItem& item : batch) {
     model::ForwardRequest f;
     Request& r = *item.request;
@@ -263,15 +269,17 @@ void Engine::step() {
     if (r.prefilling()) continue;  // more prompt to go: nothing to sample yet
 
     int32_t token;
+    std::vector<TokenLogprobs> logprobs;
     if (forward[i].sample) {
       check(i < result.tokens.size() && result.tokens[i] >= 0, "internal: the backend did not sample a request");
       token = result.tokens[i];
     } else {
       const float* logits = result.logits.f32() + (result.first_row[i] + result.row_count[i] - 1) * vocab;
       token = sample_token(logits, vocab, r.params.sampling, r.rng);
+      if (r.params.logprobs >= 0) logprobs.push_back(token_logprobs(logits, vocab, token, r.params.logprobs));
     }
     FinishReason reason = accept_token(r, token);
-    emit(r, {r.output.back()}, reason);
+    emit(r, {r.output.back()}, reason, std::move(logprobs));
     if (reason != FinishReason::None) finished.push_back(r.id);
   }
   if (!decoding.empty()) speculative_step(decoding, finished);
@@ -391,13 +399,17 @@ void Engine::speculative_step(const std::vector<Request*>& requests, std::vector
       r.seq.length = L + fed;
       r.pending.reset();
       std::vector<int32_t> sent;
+      std::vector<TokenLogprobs> logprobs;
       FinishReason reason = FinishReason::None;
       for (int32_t token : emitted) {  // no token past a stop or max_tokens
         reason = accept_token(r, token);
+        if (r.params.logprobs >= 0)  // the target's row of the position that drew this token
+          logprobs.push_back(token_logprobs(target.logits.f32() + (target.first_row[i] + int64_t(sent.size())) * vocab,
+                                            vocab, token, r.params.logprobs));
         sent.push_back(token);
         if (reason != FinishReason::None) break;
       }
-      emit(r, sent, reason);
+      emit(r, sent, reason, std::move(logprobs));
       if (reason != FinishReason::None) finished.push_back(r.id);
     }
   } catch (const std::exception& e) {

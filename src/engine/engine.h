@@ -59,7 +59,7 @@ class Engine {
   EngineStatus compute_status() const;  // engine thread only
   void loop();
   void step();
-  void emit(Request& r, std::vector<int32_t> tokens, FinishReason finish);
+  void emit(Request& r, std::vector<int32_t> tokens, FinishReason finish, std::vector<TokenLogprobs> logprobs = {});
   // Appends a sampled token, checks stop tokens/strings and max_tokens; returns why the request ends, if it does.
   FinishReason accept_token(Request& r, int32_t token);
   // One speculative round (MTP drafts + one target verify) for decoding requests.

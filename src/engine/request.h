@@ -23,6 +23,7 @@ struct GenerationParams {
   std::vector<std::string> stop_strings;  // output ends before the first occurrence
   bool ignore_eos = false;
   bool skip_special_tokens = true;
+  int logprobs = -1;  // >= 0: each generated token's logprob and this many alternatives (TokenLogprobs); -1: none
 };
 
 enum class FinishReason { None, Stop, Length, Abort, Error };
@@ -32,6 +33,7 @@ const char* finish_reason_name(FinishReason reason);  // "stop", "length", "abor
 struct RequestEvent {
   std::string text;
   std::vector<int32_t> token_ids;  // tokens generated in this step
+  std::vector<TokenLogprobs> logprobs;  // one per token id, when GenerationParams::logprobs >= 0
   FinishReason finish = FinishReason::None;
   std::string error;               // when finish == Error
   int64_t prompt_tokens = 0;

@@ -99,4 +99,30 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
   return sample_token_at(logits, vocab, p, sampling_uniform(p, rng));
 }
 
+TokenLogprobs token_logprobs(const float* logits, int64_t vocab, int32_t token, int top) {
+  check(token >= 0 && token < vocab, "internal: token {} outside the vocabulary of {}", token, vocab);
+  check(top >= 0 && top <= kMaxTopLogprobs, "internal: {} top logprobs asked (0 to {})", top, kMaxTopLogprobs);
+  const float mx = std::ranges::max(std::span(logits, size_t(vocab)));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - double(mx));
+  const double log_norm = double(mx) + std::log(sum);
+  auto logprob = [&](int32_t id) {
+    const double v = double(logits[id]) - log_norm;
+    return std::isfinite(v) ? std::max(float(v), kMinLogprob) : kMinLogprob;
+  };
+  TokenLogprobs out;
+  out.token = token;
+  out.logprob = logprob(token);
+  if (top > 0) {
+    thread_local std::vector<int32_t> order;
+    order.resize(size_t(vocab));
+    std::iota(order.begin(), order.end(), 0);
+    const int64_t n = std::min<int64_t>(top, vocab);
+    std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    for (int64_t i = 0; i < n; ++i) out.top.emplace_back(order[size_t(i)], logprob(order[size_t(i)]));
+  }
+  return out;
+}
+
 }  // namespace moeserve::engine

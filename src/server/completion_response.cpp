@@ -19,8 +19,51 @@ json usage_json(int64_t prompt, int64_t completion, uint64_t spec_steps) {
 CompletionResponse::CompletionResponse(ResponseHeader header, int choices)
     : header_(std::move(header)), choices_(size_t(choices)) {}
 
-json CompletionResponse::chunk(int choice, const std::string& text, const char* finish, bool with_role) const {
-  json c = {{"index", choice}, {"logprobs", nullptr}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
+json CompletionResponse::logprobs_json(const std::vector<engine::TokenLogprobs>& tokens, int64_t& text_offset) const {
+  auto text_of = [&](int32_t id) { return header_.token_bytes ? header_.token_bytes(id) : "token_id:" + std::to_string(id); };
+  auto bytes_of = [&](int32_t id) {
+    json b = json::array();
+    for (unsigned char ch : text_of(id)) b.push_back(int(ch));
+    return b;
+  };
+  if (header_.kind == ApiKind::Chat) {
+    json content = json::array();
+    for (const engine::TokenLogprobs& t : tokens) {
+      json top = json::array();
+      for (const auto& [id, lp] : t.top) top.push_back({{"token", text_of(id)}, {"logprob", lp}, {"bytes", bytes_of(id)}});
+      content.push_back(
+          {{"token", text_of(t.token)}, {"logprob", t.logprob}, {"bytes", bytes_of(t.token)}, {"top_logprobs", top}});
+    }
+    return json{{"content", content}};
+  }
+  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (const engine::TokenLogprobs& t : tokens) {
+    const std::string text = text_of(t.token);
+    out["tokens"].push_back(text);
+    out["token_logprobs"].push_back(t.logprob);
+    json top = json::object();  // keyed by token text, as OpenAI's legacy form is (equal texts: the likelier)
+    for (const auto& [id, lp] : t.top)
+      if (!top.contains(text_of(id))) top[text_of(id)] = lp;
+    out["top_logprobs"].push_back(top);
+    out["text_offset"].push_back(text_offset);
+    text_offset += int64_t(text.size());
+  }
+  return out;
+}
+
+void CompletionResponse::append_logprobs(json& all, const json& more) {
+  if (all.is_null()) {
+    all = more;
+    return;
+  }
+  for (auto& [key, values] : more.items())
+    for (const auto& v : values) all[key].push_back(v);
+}
+
+json CompletionResponse::chunk(int choice, const std::string& text, const char* finish, bool with_role,
+                               json logprobs) const {
+  json c = {{"index", choice}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
   if (header_.kind == ApiKind::Chat) {
     json delta = json::object();
     if (with_role) delta["role"] = "assistant";
@@ -50,7 +93,11 @@ json CompletionResponse::usage() const {
 json CompletionResponse::body() const {
   json choices = json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
-    json c = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", engine::finish_reason_name(choices_[i].finish)}};
+    int64_t none = 0;
+    json c = {{"index", i},
+              {"logprobs", header_.logprobs && choices_[i].logprobs.is_null() ? logprobs_json({}, none)
+                                                                               : choices_[i].logprobs},
+              {"finish_reason", engine::finish_reason_name(choices_[i].finish)}};
     if (header_.kind == ApiKind::Chat)
       c["message"] = {{"role", "assistant"}, {"content", choices_[i].text}};
     else
@@ -81,14 +128,17 @@ void CompletionResponse::on_event(int choice, const engine::RequestEvent& e) {
     return;
   }
   const bool finished = e.finish != engine::FinishReason::None;
+  json logprobs = header_.logprobs && !e.logprobs.empty() ? logprobs_json(e.logprobs, c.text_offset) : json(nullptr);
   if (header_.stream) {
-    if (!e.text.empty() || !c.sent_first) {
-      events_.push_back(sse(chunk(choice, e.text, nullptr, !c.sent_first && header_.kind == ApiKind::Chat)));
+    if (!e.text.empty() || !c.sent_first || !logprobs.is_null()) {
+      events_.push_back(
+          sse(chunk(choice, e.text, nullptr, !c.sent_first && header_.kind == ApiKind::Chat, std::move(logprobs))));
       c.sent_first = true;
     }
     if (finished) events_.push_back(sse(chunk(choice, "", engine::finish_reason_name(e.finish), false)));
   } else {
     c.text += e.text;
+    if (!logprobs.is_null()) append_logprobs(c.logprobs, logprobs);
   }
   if (finished) {
     c.finish = e.finish;

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -26,6 +27,8 @@ struct ResponseHeader {
   std::string model;
   bool stream = false;
   bool include_usage = false;  // streaming: a last chunk with the usage
+  bool logprobs = false;       // the events carry TokenLogprobs, shown in OpenAI's form for the API
+  std::function<std::string(int32_t)> token_bytes;  // a token's bytes (may be part of a UTF-8 sequence)
 };
 
 // OpenAI's usage object; with speculative decoding also SGLang's verify steps and accept length.
@@ -50,8 +53,16 @@ class CompletionResponse {
     bool sent_first = false;
     int64_t completion_tokens = 0;
     uint64_t spec_verify_steps = 0;
+    nlohmann::json logprobs;  // all of them so far (not streaming), in the API's form
+    int64_t text_offset = 0;  // completions: bytes of token text before the next token
   };
-  nlohmann::json chunk(int choice, const std::string& text, const char* finish, bool with_role) const;
+  // The API's logprobs object for `tokens` (completions: tokens, token_logprobs, top_logprobs,
+  // text_offset; chat: content entries with token, logprob, bytes, top_logprobs).
+  // text_offset: bytes of the choice's token text before the first of `tokens` (advanced past them).
+  nlohmann::json logprobs_json(const std::vector<engine::TokenLogprobs>& tokens, int64_t& text_offset) const;
+  static void append_logprobs(nlohmann::json& all, const nlohmann::json& more);
+  nlohmann::json chunk(int choice, const std::string& text, const char* finish, bool with_role,
+                       nlohmann::json logprobs = nullptr) const;
   nlohmann::json usage() const;  // mutex_ held
   nlohmann::json body() const;   // mutex_ held
 

@@ -237,6 +237,9 @@ void HttpServer::install_routes() {
     header.model = model_name;
     header.stream = parsed.stream;
     header.include_usage = parsed.include_usage;
+    header.logprobs = parsed.params.logprobs >= 0;
+    if (tokenizer_)
+      header.token_bytes = [tokenizer = tokenizer_](int32_t id) { return std::string(tokenizer->token_bytes(id)); };
     const bool stream = parsed.stream;
     auto response = std::make_shared<CompletionResponse>(header, parsed.n);
 

@@ -153,8 +153,24 @@ ParsedRequest parse_openai_request(ApiKind kind, const std::string& body, const 
   for (const char* penalty : {"presence_penalty", "frequency_penalty"})
     if (number(j, penalty, -2.0, 2.0, 0.0) != 0.0)
       bad_request(penalty, std::string("'") + penalty + "' is not supported (only 0)");
-  if (const json* lp = field(j, "logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>()))
-    bad_request("logprobs", "'logprobs' is not supported");
+  // Logprobs: completions ask with a count of alternatives (OpenAI allows 5, vLLM by default 20); chat with
+  // `logprobs: true` and `top_logprobs` alternatives.
+  const auto max_top = int64_t(engine::kMaxTopLogprobs);
+  if (kind == ApiKind::Completion) {
+    if (const json* lp = field(j, "logprobs"); lp && !(lp->is_boolean() && !lp->get<bool>())) {
+      const auto k = integer(j, "logprobs", 0);
+      if (*k > max_top) bad_request("logprobs", "'logprobs' must be at most " + std::to_string(max_top) + ", got " + lp->dump());
+      r.params.logprobs = int(*k);
+    }
+  } else {
+    const auto top = integer(j, "top_logprobs", 0);
+    if (top && *top > max_top)
+      bad_request("top_logprobs", "'top_logprobs' must be at most " + std::to_string(max_top) + ", got " + std::to_string(*top));
+    if (boolean(j, "logprobs", false))
+      r.params.logprobs = int(top.value_or(0));
+    else if (top && *top > 0)
+      bad_request("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  }
   if (const json* stop = field(j, "stop")) {
     if (stop->is_string()) {
       r.params.stop_strings.push_back(stop->get<std::string>());

@@ -4,7 +4,7 @@
 // Supported: model, prompt (string, token-id array, or a one-element list of either), messages,
 // max_tokens / max_completion_tokens, temperature, top_p, top_k, seed, stop (string or list), stop_token_ids,
 // n (choices, each its own engine request), stream, stream_options.include_usage, ignore_eos, skip_special_tokens; presence/frequency penalties
-// only at 0, logprobs not supported (a clear 400 rather than a silently different answer); the other fields that
+// only at 0, logprobs (completions: a count; chat: logprobs + top_logprobs); the other fields that
 // would change the answer are refused the same way, and unknown ones listed (server/request_fields.h).
 #include <optional>
 #include <string>

@@ -54,7 +54,6 @@ constexpr std::array kCompletion = {
     Unimplemented{"suffix", is_empty_string, "is not supported (only \"\")"},
 };
 constexpr std::array kChat = {
-    Unimplemented{"top_logprobs", is_zero, "is not supported (logprobs are not)"},
     Unimplemented{"functions", is_empty_array, "is not supported: moeserve does not parse function calls"},
     Unimplemented{"function_call", [](const json& v) { return v == "none" || v == "auto"; },
                   "is not supported: moeserve does not parse function calls"},
@@ -65,8 +64,8 @@ constexpr std::array<std::string_view, 17> kParsedCommon = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "n", "presence_penalty", "frequency_penalty",
     "logprobs", "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens", "stream", "stream_options", "user"};
 constexpr std::array<std::string_view, 1> kParsedCompletion = {"prompt"};
-constexpr std::array<std::string_view, 8> kParsedChat = {
-    "messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls", "metadata", "store",
+constexpr std::array<std::string_view, 9> kParsedChat = {
+    "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls", "metadata", "store",
     "service_tier"};
 
 template <size_t N>

@@ -30,6 +30,7 @@ class AngleDecoderFactory : public TextDecoderFactory {
 
 struct Collected {
   std::vector<int32_t> tokens;
+  std::vector<TokenLogprobs> logprobs;
   std::string text;
   FinishReason finish = FinishReason::None;
   int64_t completion_tokens = 0;
@@ -53,6 +54,7 @@ class EngineTest : public ::testing::Test {
     auto c = std::make_shared<Collected>();
     engine.submit(std::move(prompt), std::move(params), [c](const RequestEvent& e) {
       c->tokens.insert(c->tokens.end(), e.token_ids.begin(), e.token_ids.end());
+      c->logprobs.insert(c->logprobs.end(), e.logprobs.begin(), e.logprobs.end());
       c->text += e.text;
       c->completion_tokens = e.completion_tokens;
       if (e.finish != FinishReason::None) {
@@ -238,6 +240,9 @@ class DeviceSamplingBackend : public ForwardBackend {
   model::ForwardResult forward(const std::vector<model::ForwardRequest>& requests,
                                const model::Numerics& numerics) override {
     model::ForwardResult r = inner_->forward(requests, numerics);
+    // As on the GPU (GpuModel::forward): with no request to sample, the logits come back.
+    if (std::none_of(requests.begin(), requests.end(), [](const model::ForwardRequest& f) { return f.sample; }))
+      return r;
     const int64_t vocab = config().vocab_size;
     r.tokens.assign(requests.size(), -1);
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -288,6 +293,61 @@ TEST_F(EngineTest, DeviceSamplingBackendGetsTheSameTokensAsHostSampling) {
   EXPECT_EQ(sampled->load(), int64_t(settings.size()) * 9);  // every token drawn by the backend, none on the host
   device.wait_idle();
   EXPECT_EQ(device.status().pages_free, device.status().pages_total);
+}
+
+// Logprobs: per generated token, the log-softmax of the logits at its position, as the reference forward over
+// prompt + output computes them; on a backend that samples on the device, the batches with such a request
+// sample on the host, drawing the same tokens.
+TEST_F(EngineTest, LogprobsAreTheReferenceLogSoftmaxAtEachPosition) {
+  EngineOptions o;
+  o.limits.max_running_requests = 4;
+  o.limits.max_batch_tokens = 16;
+  o.kv_pages = 16;
+  auto backend = std::make_unique<DeviceSamplingBackend>(make_cpu_backend(model_, 0, 4, 16));
+  auto sampled = backend->sampled_;
+  Engine device(std::move(backend), std::make_shared<AngleDecoderFactory>(), o);
+  auto host = make_engine(4, 16, 16);
+  GenerationParams with = greedy(6), sampled_with;
+  with.logprobs = 3;
+  sampled_with.sampling = {0.8f, 0.9f, 20};
+  sampled_with.seed = 5;
+  sampled_with.max_tokens = 6;
+  sampled_with.ignore_eos = true;
+  sampled_with.logprobs = 0;
+  GenerationParams sampled_without = sampled_with;
+  sampled_without.logprobs = -1;
+  const auto p0 = prompt(30, 1), p1 = prompt(25, 2);
+  auto a = submit(device, p0, with), b = submit(device, p1, sampled_with);
+  auto a_host = submit(*host, p0, greedy(6)), b_host = submit(*host, p1, sampled_without);
+  for (auto* c : {&a, &b, &a_host, &b_host}) (*c)->done.get_future().wait();
+  EXPECT_EQ(a->tokens, a_host->tokens);
+  EXPECT_EQ(b->tokens, b_host->tokens);  // the same draws whether the device or the host samples
+  EXPECT_EQ(sampled->load(), 0);         // every batch had a logprobs request: all sampled on the host
+  ASSERT_EQ(a->logprobs.size(), 6u);
+  ASSERT_EQ(b->logprobs.size(), 6u);
+  for (const auto& [req, p] : {std::pair{a, p0}, std::pair{b, p1}}) {
+    std::vector<int32_t> ids = p;
+    ids.insert(ids.end(), req->tokens.begin(), req->tokens.end() - 1);
+    const Tensor ref = all_logits(*model_, ids, 0, model::Numerics{});
+    const int64_t vocab = ref.shape()[1];
+    for (size_t j = 0; j < req->tokens.size(); ++j) {
+      const float* row = ref.f32() + (int64_t(p.size()) - 1 + int64_t(j)) * vocab;
+      const TokenLogprobs want = token_logprobs(row, vocab, req->tokens[j], req == a ? 3 : 0);
+      const TokenLogprobs& got = req->logprobs[j];
+      EXPECT_EQ(got.token, req->tokens[j]);
+      EXPECT_NEAR(got.logprob, want.logprob, 1e-4) << "token " << j;
+      ASSERT_EQ(got.top.size(), want.top.size());
+      for (size_t k = 0; k < got.top.size(); ++k) {
+        EXPECT_EQ(got.top[k].first, want.top[k].first);
+        EXPECT_NEAR(got.top[k].second, want.top[k].second, 1e-4);
+      }
+      if (req == a) EXPECT_EQ(got.top[0].first, got.token);  // greedy: the most likely token
+    }
+  }
+  EXPECT_TRUE(a_host->logprobs.empty());
+  GenerationParams too_many = greedy(2);
+  too_many.logprobs = kMaxTopLogprobs + 1;
+  EXPECT_THROW(device.submit(p0, too_many, nullptr), Error);
 }
 
 }  // namespace

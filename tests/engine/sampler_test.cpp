@@ -155,6 +155,38 @@ TEST(Sampler, MatchesAFullSortOnTheDeepSeekVocabulary) {
   expect_matches_full_sort(random_logits(vocab, 0.5f, true, rng), {1.0f, 0.5f, 0}, rng());
 }
 
+TEST(Sampler, TokenLogprobsAreTheLogSoftmaxOfTheRawLogits) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  std::vector<float> logits(1000);
+  for (float& x : logits) x = normal(rng);
+  logits[17] = logits[18] = 30.0f;  // a tie at the top: the lower id first
+  logits[3] = -std::numeric_limits<float>::infinity();
+  double sum = 0;
+  for (float x : logits) sum += std::exp(double(x) - 30.0);
+  const TokenLogprobs lp = token_logprobs(logits.data(), 1000, 500, 5);
+  EXPECT_EQ(lp.token, 500);
+  EXPECT_NEAR(lp.logprob, double(logits[500]) - 30.0 - std::log(sum), 1e-4);
+  ASSERT_EQ(lp.top.size(), 5u);
+  EXPECT_EQ(lp.top[0].first, 17);
+  EXPECT_EQ(lp.top[1].first, 18);
+  EXPECT_FLOAT_EQ(lp.top[0].second, lp.top[1].second);
+  EXPECT_NEAR(lp.top[0].second, -std::log(sum), 1e-5);
+  std::vector<int32_t> ids(1000);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(lp.top[i].first, ids[i]);
+    EXPECT_NEAR(lp.top[i].second, double(logits[ids[i]]) - 30.0 - std::log(sum), 1e-4);
+  }
+  // A zero probability is carried as kMinLogprob (JSON has no -inf); no alternatives when none are asked.
+  const TokenLogprobs impossible = token_logprobs(logits.data(), 1000, 3, 0);
+  EXPECT_EQ(impossible.logprob, kMinLogprob);
+  EXPECT_TRUE(impossible.top.empty());
+  EXPECT_THROW(token_logprobs(logits.data(), 1000, 1000, 0), Error);
+  EXPECT_THROW(token_logprobs(logits.data(), 1000, 0, kMaxTopLogprobs + 1), Error);
+}
+
 TEST(Sampler, ValidatesRanges) {
   EXPECT_THROW(validate({-1.0f, 1.0f, 0}), Error);
   EXPECT_THROW(validate({1.0f, 1.5f, 0}), Error);

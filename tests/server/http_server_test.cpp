@@ -12,6 +12,7 @@
 #include <set>
 
 #include "engine/generate.h"
+#include "engine/sampler.h"
 #include "server/server_fixture.h"
 
 namespace moeserve {
@@ -233,6 +234,67 @@ TEST_F(Server, SeveralChoicesAreEachWhatTheirSeedGivesAlone) {
   // Greedy choices are all the greedy continuation.
   json greedy = post("/v1/completions", {{"prompt", "The old house"}, {"max_tokens", 5}, {"temperature", 0}, {"n", 2}});
   EXPECT_EQ(greedy["choices"][0]["text"], greedy["choices"][1]["text"]);
+  expect_no_leak();
+}
+
+TEST_F(Server, LogprobsAreTheModelsInEachApisForm) {
+  const std::string text = "The old man said that";
+  const auto prompt = server_->tokenizer->encode(text, true);
+  engine::GenerateOptions o;
+  o.max_new_tokens = 5;
+  o.keep_logits = true;
+  const auto ref = engine::generate(*server_->model, prompt, o);  // greedy, logits at every position
+  const int64_t vocab = ref.logits.shape()[1];
+  auto want = [&](size_t j, int top) {
+    return engine::token_logprobs(ref.logits.f32() + (int64_t(prompt.size()) - 1 + int64_t(j)) * vocab, vocab,
+                                  ref.output_ids[j], top);
+  };
+  auto bytes_of = [&](int32_t id) { return std::string(server_->tokenizer->token_bytes(id)); };
+
+  // Completions: tokens, token_logprobs, top_logprobs keyed by token text, text_offset in bytes.
+  json body = {{"prompt", text}, {"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 2}};
+  json r = post("/v1/completions", body);
+  const json& lp = r["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 5u) << r.dump();
+  int64_t offset = 0;
+  for (size_t j = 0; j < 5; ++j) {
+    const auto w = want(j, 2);
+    EXPECT_EQ(lp["tokens"][j], bytes_of(ref.output_ids[j]));
+    EXPECT_NEAR(lp["token_logprobs"][j].get<double>(), w.logprob, 1e-4);
+    ASSERT_EQ(lp["top_logprobs"][j].size(), 2u);
+    for (const auto& [id, value] : w.top) EXPECT_NEAR(lp["top_logprobs"][j][bytes_of(id)].get<double>(), value, 1e-4);
+    EXPECT_EQ(lp["text_offset"][j], offset);
+    offset += int64_t(bytes_of(ref.output_ids[j]).size());
+  }
+  // Streamed, the same entries arrive spread over the chunks.
+  body["stream"] = true;
+  json streamed = json::array();
+  for (const auto& e : events("/v1/completions", body)) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"][0]["logprobs"];
+    if (!c.is_null())
+      for (const auto& v : c["token_logprobs"]) streamed.push_back(v);
+  }
+  EXPECT_EQ(streamed, lp["token_logprobs"]);
+
+  // Chat: content entries with the token's text and bytes, and its alternatives; one per completion token.
+  json chat = post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "Hello!"}}}},
+                                            {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true},
+                                            {"logprobs", true}, {"top_logprobs", 3}, {"n", 2}});
+  for (int k = 0; k < 2; ++k) {
+    const json& content = chat["choices"][k]["logprobs"]["content"];
+    ASSERT_EQ(content.size(), 4u) << chat.dump();
+    std::string joined;
+    for (const json& t : content) {
+      ASSERT_EQ(t["top_logprobs"].size(), 3u);
+      EXPECT_EQ(t["top_logprobs"][0]["token"], t["token"]);  // greedy: the likeliest
+      EXPECT_EQ(t["top_logprobs"][0]["logprob"], t["logprob"]);
+      EXPECT_LE(t["logprob"].get<double>(), 0.0);
+      for (const auto& b : t["bytes"]) joined.push_back(char(b.get<int>()));
+    }
+    EXPECT_EQ(joined, chat["choices"][k]["message"]["content"]);
+  }
+  EXPECT_TRUE(post("/v1/completions", {{"prompt", text}, {"max_tokens", 2}})["choices"][0]["logprobs"].is_null());
   expect_no_leak();
 }
 

@@ -67,7 +67,6 @@ TEST(RequestFields, WhatWouldChangeTheAnswerIsRefused) {
   expect_refused(ApiKind::Completion, "echo", true);
   expect_refused(ApiKind::Completion, "best_of", 2);
   expect_refused(ApiKind::Completion, "suffix", " the end");
-  expect_refused(ApiKind::Chat, "top_logprobs", 3);
   expect_refused(ApiKind::Chat, "functions", json::array({{{"name", "f"}}}));
   expect_refused(ApiKind::Chat, "function_call", {{"name", "f"}});
 }

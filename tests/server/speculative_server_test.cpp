@@ -54,5 +54,29 @@ TEST(SpeculativeServer, GreedyOutputsEqualThePlainServerUnderLoad) {
   EXPECT_EQ(server.engine->status().pages_free, server.engine->status().pages_total);
 }
 
+// Logprobs of verified tokens come from the target's rows at their positions: the plain server's values.
+TEST(SpeculativeServer, LogprobsEqualThePlainServers) {
+  const json body = {{"prompt", "The men who came to the house"}, {"max_tokens", 12}, {"temperature", 0},
+                     {"ignore_eos", true}, {"logprobs", 2}};
+  json plain;
+  {
+    testing::LocalServer server(2);
+    plain = json::parse(server.client().Post("/v1/completions", body.dump(), "application/json")->body);
+  }
+  testing::LocalServer server(2, 1 << 20, /*speculative_steps=*/3);
+  const json spec = json::parse(server.client().Post("/v1/completions", body.dump(), "application/json")->body);
+  ASSERT_GT(spec["usage"]["spec_accept_length"].get<double>(), 1.0) << "no draft was accepted: nothing is tested";
+  const json& a = plain["choices"][0]["logprobs"];
+  const json& b = spec["choices"][0]["logprobs"];
+  ASSERT_EQ(b["tokens"], a["tokens"]);
+  ASSERT_EQ(b["token_logprobs"].size(), 12u);
+  for (size_t j = 0; j < 12; ++j) {
+    EXPECT_NEAR(b["token_logprobs"][j].get<double>(), a["token_logprobs"][j].get<double>(), 1e-4) << "token " << j;
+    EXPECT_EQ(b["top_logprobs"][j].size(), a["top_logprobs"][j].size());
+    for (const auto& [token, value] : a["top_logprobs"][j].items())
+      EXPECT_NEAR(b["top_logprobs"][j][token].get<double>(), value.get<double>(), 1e-4) << "token " << j;
+  }
+}
+
 }  // namespace
 }  // namespace moeserve

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generate.h"
+#include "engine/sampler.h"
 #include "kernels/cuda/device.h"
 #include "server/server_fixture.h"
 
@@ -66,6 +67,33 @@ TEST(ServeCuda, ConcurrentSampledCompletionsMatchTheCpuEngine) {
     auto cpu = engine::generate(*server.model,
                                 server.tokenizer->encode("Chapter " + std::to_string(i) + ". The men who came to the house", true), o);
     EXPECT_EQ(r["choices"][0]["text"], server.tokenizer->decode(cpu.output_ids, true)) << "request " << i;
+  }
+  server.engine->wait_idle();
+  EXPECT_EQ(server.engine->status().pages_free, server.engine->status().pages_total);
+}
+
+// A request with logprobs makes its batches bring the logits back and sample on the host (the same draws):
+// the tokens are still the CPU engine's, and their logprobs the CPU forward's within the GPU path's rounding.
+TEST(ServeCuda, LogprobsTrackTheCpuEngine) {
+  if (!cuda::available()) GTEST_SKIP() << cuda::device_info().reason;
+  testing::LocalServer server(4, 1 << 20, 0, "cuda");
+  const std::string text = "Chapter 3. The men who came to the house";
+  json body = {{"prompt", text}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 3}};
+  auto r = server.client().Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+  const json lp = json::parse(r->body)["choices"][0]["logprobs"];
+  const auto prompt = server.tokenizer->encode(text, true);
+  engine::GenerateOptions o;
+  o.max_new_tokens = 8;
+  o.keep_logits = true;
+  const auto cpu = engine::generate(*server.model, prompt, o);
+  const int64_t vocab = cpu.logits.shape()[1];
+  ASSERT_EQ(lp["token_logprobs"].size(), 8u);
+  for (size_t j = 0; j < 8; ++j) {
+    const auto want = engine::token_logprobs(cpu.logits.f32() + (int64_t(prompt.size()) - 1 + int64_t(j)) * vocab,
+                                             vocab, cpu.output_ids[j], 3);
+    EXPECT_EQ(lp["tokens"][j], std::string(server.tokenizer->token_bytes(cpu.output_ids[j]))) << "token " << j;
+    EXPECT_NEAR(lp["token_logprobs"][j].get<double>(), want.logprob, 2e-3) << "token " << j;
   }
   server.engine->wait_idle();
   EXPECT_EQ(server.engine->status().pages_free, server.engine->status().pages_total);
