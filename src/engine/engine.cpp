@@ -83,6 +83,8 @@ uint64_t Engine::submit(std::vector<int32_t> prompt, GenerationParams params, Ev
   validate(params.sampling);
   check(params.logprobs >= -1 && params.logprobs <= kMaxTopLogprobs, "logprobs must be between 0 and {}, got {}",
         kMaxTopLogprobs, params.logprobs);
+  check(params.prompt_logprobs >= -1 && params.prompt_logprobs <= kMaxTopLogprobs,
+        "prompt logprobs must be between 0 and {}, got {}", kMaxTopLogprobs, params.prompt_logprobs);
   for (const auto& s : params.stop_strings) check(!s.empty(), "stop strings must not be empty");
 
   auto r = std::make_unique<Request>();
@@ -170,6 +172,8 @@ void Engine::emit(Request& r, std::vector<int32_t> tokens, FinishReason finish, 
   RequestEvent e;
   e.token_ids = std::move(tokens);
   e.logprobs = std::move(logprobs);
+  e.prompt_logprobs = std::move(r.prompt_logprobs);  // gathered by the prefill; empty after the first event
+  r.prompt_logprobs.clear();
   e.finish = finish;
   e.prompt_tokens = int64_t(r.prompt.size());
   e.completion_tokens = int64_t(r.output.size());
@@ -215,8 +219,9 @@ void Engine::step() {
   // A backend that samples on the device takes each drawing request's settings and uniform with the forward
   // (drawn here from the request's stream as sample_token would) and returns tokens instead of logits; a batch
   // with a request that wants logprobs brings the logits back and samples here (the same draws, a slower step).
-  const bool wants_logprobs =
-      std::any_of(batch.begin(), batch.end(), [](const BatchItem& b) { return b.request->params.logprobs >= 0; });
+  const bool wants_logprobs = std::any_of(batch.begin(), batch.end(), [](const BatchItem& b) {
+    return b.request->params.logprobs >= 0 || b.request->params.prompt_logprobs >= 0;
+  });
   const bool device_sampling = backend_->samples_on_device() && !spec && !wants_logprobs;
   for (const BatchItem& item : batch) {
     model::ForwardRequest f;
@@ -228,7 +233,8 @@ void Engine::step() {
       f.sampling = {sp.temperature, sp.top_p, sp.top_k, sampling_uniform(sp, r.rng)};
     }
     f.seq = &r.seq;
-    f.all_logits = spec;   // the MTP drafter needs the target's streams at every prompt position
+    // The MTP drafter needs the target's streams at every prompt position; prompt logprobs, every prompt row.
+    f.all_logits = spec || (item.begin >= 0 && r.params.prompt_logprobs >= 0);
     f.keep_hidden = spec;
     if (item.begin >= 0)
       f.tokens = std::span<const int32_t>(r.prompt.data() + item.begin, size_t(item.count));
@@ -265,6 +271,12 @@ void Engine::step() {
       const int64_t rows = result.row_count[i], width = backend_->config().hc_mult * backend_->config().hidden_size;
       const float* h = result.hidden.f32() + result.first_row[i] * width;
       r.mtp_hidden.insert(r.mtp_hidden.end(), h, h + rows * width);
+    }
+    if (batch[i].begin >= 0 && r.params.prompt_logprobs >= 0) {  // row j predicts prompt position begin + j + 1
+      const int64_t P = int64_t(r.prompt.size());
+      for (int64_t j = 0; j < batch[i].count && batch[i].begin + j + 1 < P; ++j)
+        r.prompt_logprobs.push_back(token_logprobs(result.logits.f32() + (result.first_row[i] + j) * vocab, vocab,
+                                                   r.prompt[size_t(batch[i].begin + j + 1)], r.params.prompt_logprobs));
     }
     if (r.prefilling()) continue;  // more prompt to go: nothing to sample yet
 

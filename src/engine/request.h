@@ -24,6 +24,7 @@ struct GenerationParams {
   bool ignore_eos = false;
   bool skip_special_tokens = true;
   int logprobs = -1;  // >= 0: each generated token's logprob and this many alternatives (TokenLogprobs); -1: none
+  int prompt_logprobs = -1;  // >= 0: the same for the prompt's tokens from the second on (in the first event)
 };
 
 enum class FinishReason { None, Stop, Length, Abort, Error };
@@ -34,6 +35,7 @@ struct RequestEvent {
   std::string text;
   std::vector<int32_t> token_ids;  // tokens generated in this step
   std::vector<TokenLogprobs> logprobs;  // one per token id, when GenerationParams::logprobs >= 0
+  std::vector<TokenLogprobs> prompt_logprobs;  // prompt[1..P), in a request's first event (prompt_logprobs >= 0)
   FinishReason finish = FinishReason::None;
   std::string error;               // when finish == Error
   int64_t prompt_tokens = 0;
@@ -70,6 +72,7 @@ struct Request {
   int64_t mtp_pos = 0;
   std::vector<float> mtp_hidden;
   uint64_t spec_verify_steps = 0, spec_accepted = 0;
+  std::vector<TokenLogprobs> prompt_logprobs;  // gathered while prefilling, sent with the first event
 
   // Token at `position` of prompt + output.
   int32_t token_at(int64_t position) const {

@@ -1,5 +1,8 @@
 #include "server/completion_response.h"
 
+#include <cmath>
+#include <limits>
+
 #include "server/api_error.h"
 #include "server/json_text.h"
 
@@ -41,11 +44,16 @@ json CompletionResponse::logprobs_json(const std::vector<engine::TokenLogprobs>&
   for (const engine::TokenLogprobs& t : tokens) {
     const std::string text = text_of(t.token);
     out["tokens"].push_back(text);
-    out["token_logprobs"].push_back(t.logprob);
-    json top = json::object();  // keyed by token text, as OpenAI's legacy form is (equal texts: the likelier)
-    for (const auto& [id, lp] : t.top)
-      if (!top.contains(text_of(id))) top[text_of(id)] = lp;
-    out["top_logprobs"].push_back(top);
+    if (std::isnan(t.logprob)) {  // the echoed prompt's first token: nothing predicts it
+      out["token_logprobs"].push_back(nullptr);
+      out["top_logprobs"].push_back(nullptr);
+    } else {
+      out["token_logprobs"].push_back(t.logprob);
+      json top = json::object();  // keyed by token text, as OpenAI's legacy form is (equal texts: the likelier)
+      for (const auto& [id, lp] : t.top)
+        if (!top.contains(text_of(id))) top[text_of(id)] = lp;
+      out["top_logprobs"].push_back(top);
+    }
     out["text_offset"].push_back(text_offset);
     text_offset += int64_t(text.size());
   }
@@ -128,16 +136,27 @@ void CompletionResponse::on_event(int choice, const engine::RequestEvent& e) {
     return;
   }
   const bool finished = e.finish != engine::FinishReason::None;
-  json logprobs = header_.logprobs && !e.logprobs.empty() ? logprobs_json(e.logprobs, c.text_offset) : json(nullptr);
+  std::string text = e.text;
+  std::vector<engine::TokenLogprobs> entries;
+  if (header_.echo && !c.echoed) {  // the first event: the prompt before the output
+    c.echoed = true;
+    text = header_.echo_text + text;
+    if (header_.logprobs) {
+      entries.push_back({header_.echo_first_token, std::numeric_limits<float>::quiet_NaN(), {}});
+      entries.insert(entries.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
+    }
+  }
+  entries.insert(entries.end(), e.logprobs.begin(), e.logprobs.end());
+  json logprobs = header_.logprobs && !entries.empty() ? logprobs_json(entries, c.text_offset) : json(nullptr);
   if (header_.stream) {
-    if (!e.text.empty() || !c.sent_first || !logprobs.is_null()) {
+    if (!text.empty() || !c.sent_first || !logprobs.is_null()) {
       events_.push_back(
-          sse(chunk(choice, e.text, nullptr, !c.sent_first && header_.kind == ApiKind::Chat, std::move(logprobs))));
+          sse(chunk(choice, text, nullptr, !c.sent_first && header_.kind == ApiKind::Chat, std::move(logprobs))));
       c.sent_first = true;
     }
     if (finished) events_.push_back(sse(chunk(choice, "", engine::finish_reason_name(e.finish), false)));
   } else {
-    c.text += e.text;
+    c.text += text;
     if (!logprobs.is_null()) append_logprobs(c.logprobs, logprobs);
   }
   if (finished) {

@@ -29,6 +29,11 @@ struct ResponseHeader {
   bool include_usage = false;  // streaming: a last chunk with the usage
   bool logprobs = false;       // the events carry TokenLogprobs, shown in OpenAI's form for the API
   std::function<std::string(int32_t)> token_bytes;  // a token's bytes (may be part of a UTF-8 sequence)
+  // Completions' echo: the prompt's text before each choice's output, and its first token (the one logprobs
+  // entry without a value; the others come in the first event's prompt_logprobs).
+  bool echo = false;
+  std::string echo_text;
+  int32_t echo_first_token = -1;
 };
 
 // OpenAI's usage object; with speculative decoding also SGLang's verify steps and accept length.
@@ -51,6 +56,7 @@ class CompletionResponse {
     std::string text;  // whole output (not streaming)
     engine::FinishReason finish = engine::FinishReason::None;
     bool sent_first = false;
+    bool echoed = false;
     int64_t completion_tokens = 0;
     uint64_t spec_verify_steps = 0;
     nlohmann::json logprobs;  // all of them so far (not streaming), in the API's form

@@ -238,6 +238,13 @@ void HttpServer::install_routes() {
     header.stream = parsed.stream;
     header.include_usage = parsed.include_usage;
     header.logprobs = parsed.params.logprobs >= 0;
+    if (parsed.echo) {  // the prompt as sent, or as its ids decode
+      header.echo = true;
+      header.echo_first_token = prompt.front();
+      header.echo_text = parsed.prompt_text ? *parsed.prompt_text
+                         : tokenizer_   ? tokenizer_->decode(prompt, parsed.params.skip_special_tokens)
+                                        : std::string();
+    }
     if (tokenizer_)
       header.token_bytes = [tokenizer = tokenizer_](int32_t id) { return std::string(tokenizer->token_bytes(id)); };
     const bool stream = parsed.stream;

@@ -162,6 +162,8 @@ ParsedRequest parse_openai_request(ApiKind kind, const std::string& body, const 
       if (*k > max_top) bad_request("logprobs", "'logprobs' must be at most " + std::to_string(max_top) + ", got " + lp->dump());
       r.params.logprobs = int(*k);
     }
+    r.echo = boolean(j, "echo", false);
+    if (r.echo) r.params.prompt_logprobs = r.params.logprobs;
   } else {
     const auto top = integer(j, "top_logprobs", 0);
     if (top && *top > max_top)

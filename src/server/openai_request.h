@@ -32,6 +32,7 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;
   int n = 1;  // choices
+  bool echo = false;  // completions: the prompt before the output (and its logprobs, when logprobs are asked)
   std::vector<std::string> ignored_fields;  // top-level fields no API that moeserve follows defines (logged)
 };
 

@@ -49,7 +49,6 @@ constexpr std::array kCommon = {
     Unimplemented{"ebnf", never, kNoConstrainedDecoding},
 };
 constexpr std::array kCompletion = {
-    Unimplemented{"echo", is_false, "is not supported (only false)"},
     Unimplemented{"best_of", is_one, "is not supported (only 1)"},
     Unimplemented{"suffix", is_empty_string, "is not supported (only \"\")"},
 };
@@ -63,7 +62,7 @@ constexpr std::array kChat = {
 constexpr std::array<std::string_view, 17> kParsedCommon = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "n", "presence_penalty", "frequency_penalty",
     "logprobs", "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens", "stream", "stream_options", "user"};
-constexpr std::array<std::string_view, 1> kParsedCompletion = {"prompt"};
+constexpr std::array<std::string_view, 2> kParsedCompletion = {"prompt", "echo"};
 constexpr std::array<std::string_view, 9> kParsedChat = {
     "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls", "metadata", "store",
     "service_tier"};

@@ -30,7 +30,8 @@ class AngleDecoderFactory : public TextDecoderFactory {
 
 struct Collected {
   std::vector<int32_t> tokens;
-  std::vector<TokenLogprobs> logprobs;
+  std::vector<TokenLogprobs> logprobs, prompt_logprobs;
+  int events_with_prompt_logprobs = 0;
   std::string text;
   FinishReason finish = FinishReason::None;
   int64_t completion_tokens = 0;
@@ -55,6 +56,8 @@ class EngineTest : public ::testing::Test {
     engine.submit(std::move(prompt), std::move(params), [c](const RequestEvent& e) {
       c->tokens.insert(c->tokens.end(), e.token_ids.begin(), e.token_ids.end());
       c->logprobs.insert(c->logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+      c->prompt_logprobs.insert(c->prompt_logprobs.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
+      c->events_with_prompt_logprobs += !e.prompt_logprobs.empty();
       c->text += e.text;
       c->completion_tokens = e.completion_tokens;
       if (e.finish != FinishReason::None) {
@@ -348,6 +351,38 @@ TEST_F(EngineTest, LogprobsAreTheReferenceLogSoftmaxAtEachPosition) {
   GenerationParams too_many = greedy(2);
   too_many.logprobs = kMaxTopLogprobs + 1;
   EXPECT_THROW(device.submit(p0, too_many, nullptr), Error);
+}
+
+// Prompt logprobs: every prompt token after the first, from the logits of the position before it, gathered
+// over the prompt's chunks and sent once, with the first generated token.
+TEST_F(EngineTest, PromptLogprobsCoverThePromptAcrossItsChunks) {
+  EngineOptions o;
+  o.limits.max_running_requests = 2;
+  o.limits.max_batch_tokens = 16;  // a 40-token prompt in three chunks
+  o.kv_pages = 16;
+  auto backend = std::make_unique<DeviceSamplingBackend>(make_cpu_backend(model_, 0, 2, 16));
+  auto sampled = backend->sampled_;
+  Engine device(std::move(backend), std::make_shared<AngleDecoderFactory>(), o);
+  GenerationParams params = greedy(3);
+  params.prompt_logprobs = 2;
+  const auto p = prompt(40, 3);
+  auto c = submit(device, p, params);
+  c->done.get_future().wait();
+  EXPECT_EQ(c->tokens, alone(p, 3));
+  EXPECT_TRUE(c->logprobs.empty());  // none asked for the output
+  EXPECT_EQ(c->events_with_prompt_logprobs, 1);
+  EXPECT_EQ(sampled->load(), 0);
+  ASSERT_EQ(c->prompt_logprobs.size(), p.size() - 1);
+  const Tensor ref = all_logits(*model_, p, 0, model::Numerics{});
+  const int64_t vocab = ref.shape()[1];
+  for (size_t j = 1; j < p.size(); ++j) {
+    const TokenLogprobs want = token_logprobs(ref.f32() + int64_t(j - 1) * vocab, vocab, p[j], 2);
+    const TokenLogprobs& got = c->prompt_logprobs[j - 1];
+    EXPECT_EQ(got.token, p[j]);
+    EXPECT_NEAR(got.logprob, want.logprob, 1e-4) << "prompt token " << j;
+    ASSERT_EQ(got.top.size(), 2u);
+    EXPECT_EQ(got.top[0].first, want.top[0].first);
+  }
 }
 
 }  // namespace

@@ -298,6 +298,44 @@ TEST_F(Server, LogprobsAreTheModelsInEachApisForm) {
   expect_no_leak();
 }
 
+// Echo: the prompt before the output; with logprobs, the prompt's tokens too (the first without a value), as
+// evaluation harnesses read a continuation's loglikelihood (echo, logprobs 1, max_tokens 1).
+TEST_F(Server, EchoReturnsThePromptAndItsLogprobs) {
+  const std::string context = "The old man said that", continuation = " the house was old";
+  const auto ids = server_->tokenizer->encode(context + continuation, true);
+  json r = post("/v1/completions", {{"prompt", context + continuation}, {"max_tokens", 1}, {"temperature", 0},
+                                    {"echo", true}, {"logprobs", 1}, {"ignore_eos", true}});
+  const json& choice = r["choices"][0];
+  const auto out = greedy_alone(ids, 1);
+  EXPECT_EQ(choice["text"], context + continuation + server_->tokenizer->decode(out, true));
+  const json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), ids.size() + 1) << lp.dump();
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  const Tensor ref = engine::all_logits(*server_->model, ids, 0, model::Numerics{});
+  const int64_t vocab = ref.shape()[1];
+  double continuation_logprob = 0;
+  for (size_t j = 1; j <= ids.size(); ++j) {
+    const int32_t token = j < ids.size() ? ids[j] : out[0];
+    const auto want = engine::token_logprobs(ref.f32() + int64_t(j - 1) * vocab, vocab, token, 1);
+    EXPECT_EQ(lp["tokens"][j], std::string(server_->tokenizer->token_bytes(token)));
+    EXPECT_NEAR(lp["token_logprobs"][j].get<double>(), want.logprob, 1e-4) << "position " << j;
+    ASSERT_EQ(lp["top_logprobs"][j].size(), 1u);
+    if (j >= server_->tokenizer->encode(context, true).size() && j < ids.size())
+      continuation_logprob += lp["token_logprobs"][j].get<double>();
+  }
+  EXPECT_LT(continuation_logprob, 0.0);
+  // Token ids echo as they decode; without logprobs only the text; streamed, the first chunk starts with it.
+  json by_ids = post("/v1/completions", {{"prompt", ids}, {"max_tokens", 2}, {"temperature", 0}, {"echo", true}});
+  EXPECT_EQ(by_ids["choices"][0]["text"].get<std::string>().rfind(server_->tokenizer->decode(ids, true), 0), 0u);
+  EXPECT_TRUE(by_ids["choices"][0]["logprobs"].is_null());
+  auto ev = events("/v1/completions", {{"prompt", context}, {"max_tokens", 2}, {"echo", true}, {"stream", true}});
+  ASSERT_FALSE(ev.empty());
+  EXPECT_EQ(json::parse(ev[0])["choices"][0]["text"].get<std::string>().rfind(context, 0), 0u) << ev[0];
+  expect_no_leak();
+}
+
 TEST_F(Server, StopStringEndsTheTextBeforeIt) {
   json body = {{"prompt", "It was a"}, {"max_tokens", 30}, {"temperature", 0}, {"ignore_eos", true}};
   std::string full = post("/v1/completions", body)["choices"][0]["text"];
@@ -351,7 +389,7 @@ TEST_F(Server, BadInputGets4xxWithAnErrorObject) {
                400, "'response_format' is not supported");
   expect_error(chat, R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})", 400,
                "tools are supported only with tool_choice \"none\"");
-  expect_error(completions, R"({"prompt": "hi", "echo": true})", 400, "'echo' is not supported");
+  expect_error(completions, R"({"prompt": "hi", "suffix": "end"})", 400, "'suffix' is not supported");
   expect_error(completions, R"({"prompt": "hi", "n": 0})", 400, "'n' must be >= 1");
   expect_error(completions, R"({"prompt": "hi", "n": 129})", 400, "'n' must be at most 128");
   expect_error(completions, R"({"prompt": 42})", 400, "'prompt' must be a string");

@@ -49,6 +49,16 @@ TEST(OpenAiRequest, LogprobsInEachApisForm) {
   EXPECT_EQ(refused_param(ApiKind::Chat, {{"logprobs", 3}}), "logprobs");
 }
 
+TEST(OpenAiRequest, EchoAsksForThePromptsLogprobsWhenLogprobsAreAsked) {
+  EXPECT_FALSE(parse(ApiKind::Completion, {}).echo);
+  EXPECT_EQ(parse(ApiKind::Completion, {{"echo", true}}).params.prompt_logprobs, -1);
+  const ParsedRequest r = parse(ApiKind::Completion, {{"echo", true}, {"logprobs", 3}});
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.params.prompt_logprobs, 3);
+  EXPECT_EQ(parse(ApiKind::Completion, {{"logprobs", 3}}).params.prompt_logprobs, -1);
+  EXPECT_EQ(refused_param(ApiKind::Completion, {{"echo", 1}}), "echo");
+}
+
 TEST(OpenAiRequest, ChoicesFromOneToOpenAisLimit) {
   EXPECT_EQ(parse(ApiKind::Chat, {}).n, 1);
   EXPECT_EQ(parse(ApiKind::Chat, {{"n", 128}}).n, 128);

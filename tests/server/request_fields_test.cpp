@@ -64,7 +64,6 @@ TEST(RequestFields, WhatWouldChangeTheAnswerIsRefused) {
                           "regex", "json_schema", "ebnf"})
       expect_refused(kind, f, "x");
   }
-  expect_refused(ApiKind::Completion, "echo", true);
   expect_refused(ApiKind::Completion, "best_of", 2);
   expect_refused(ApiKind::Completion, "suffix", " the end");
   expect_refused(ApiKind::Chat, "functions", json::array({{{"name", "f"}}}));
