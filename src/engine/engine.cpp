@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/log.h"
 #include "engine/speculative.h"
@@ -19,6 +20,37 @@ const char* finish_reason_name(FinishReason reason) {
 }
 
 namespace {
+
+// Before min_tokens, the stop tokens (the model's EOS unless ignore_eos, and stop_token_ids) cannot be drawn: the
+// draw sees their logits at -inf, and they are restored after it, so logprobs stay those of the raw logits.
+class StopTokenMask {
+ public:
+  // `ahead`: tokens between the request's output so far and the one drawn from `row` (speculative rows).
+  StopTokenMask(const Request& r, float* row, int64_t vocab, int64_t ahead = 0) : row_(row) {
+    if (int64_t(r.output.size()) + ahead >= r.params.min_tokens) return;
+    for (int64_t id : r.params.stop_token_ids)
+      if (id >= 0 && id < vocab) {
+        saved_.emplace_back(id, row[id]);
+        row[id] = -std::numeric_limits<float>::infinity();
+      }
+  }
+  ~StopTokenMask() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) row_[it->first] = it->second;  // repeated ids: first value last
+  }
+  StopTokenMask(const StopTokenMask&) = delete;
+  StopTokenMask& operator=(const StopTokenMask&) = delete;
+
+ private:
+  float* row_;
+  std::vector<std::pair<int64_t, float>> saved_;
+};
+
+// Whether drawing r's next token needs its logits on the host: logprobs, or stop tokens masked by min_tokens.
+bool draws_on_host(const Request& r) {
+  return r.params.logprobs >= 0 || r.params.prompt_logprobs >= 0 ||
+         (int64_t(r.output.size()) < r.params.min_tokens && !r.params.stop_token_ids.empty());
+}
+
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // Largest prefix length <= n that does not end inside a UTF-8 sequence.
@@ -75,6 +107,8 @@ uint64_t Engine::submit(std::vector<int32_t> prompt, GenerationParams params, Ev
     check(prompt[i] >= 0 && prompt[i] < c.vocab_size, "prompt token {} at index {} is outside the vocabulary [0, {})",
           prompt[i], i, c.vocab_size);
   check(params.max_tokens >= 1, "max_tokens must be at least 1, got {}", params.max_tokens);
+  check(params.min_tokens >= 0 && params.min_tokens <= params.max_tokens,
+        "min_tokens must be between 0 and max_tokens ({}), got {}", params.max_tokens, params.min_tokens);
   const int64_t total = int64_t(prompt.size()) + params.max_tokens;  // verify headroom is the engine's own
   check(total <= max_model_len_,
         "this model's maximum context length is {} tokens; the prompt has {} tokens and max_tokens is {} ({} in "
@@ -219,10 +253,9 @@ void Engine::step() {
   // A backend that samples on the device takes each drawing request's settings and uniform with the forward
   // (drawn here from the request's stream as sample_token would) and returns tokens instead of logits; a batch
   // with a request that wants logprobs brings the logits back and samples here (the same draws, a slower step).
-  const bool wants_logprobs = std::any_of(batch.begin(), batch.end(), [](const BatchItem& b) {
-    return b.request->params.logprobs >= 0 || b.request->params.prompt_logprobs >= 0;
-  });
-  const bool device_sampling = backend_->samples_on_device() && !spec && !wants_logprobs;
+  const bool host_draws =
+      std::any_of(batch.begin(), batch.end(), [](const BatchItem& b) { return draws_on_host(*b.request); });
+  const bool device_sampling = backend_->samples_on_device() && !spec && !host_draws;
   for (const BatchItem& item : batch) {
     model::ForwardRequest f;
     Request& r = *item.request;
@@ -286,8 +319,11 @@ void Engine::step() {
       check(i < result.tokens.size() && result.tokens[i] >= 0, "internal: the backend did not sample a request");
       token = result.tokens[i];
     } else {
-      const float* logits = result.logits.f32() + (result.first_row[i] + result.row_count[i] - 1) * vocab;
-      token = sample_token(logits, vocab, r.params.sampling, r.rng);
+      float* logits = result.logits.f32() + (result.first_row[i] + result.row_count[i] - 1) * vocab;
+      {
+        StopTokenMask mask(r, logits, vocab);
+        token = sample_token(logits, vocab, r.params.sampling, r.rng);
+      }
       if (r.params.logprobs >= 0) logprobs.push_back(token_logprobs(logits, vocab, token, r.params.logprobs));
     }
     FinishReason reason = accept_token(r, token);
@@ -313,10 +349,11 @@ FinishReason Engine::accept_token(Request& r, int32_t token) {
   FinishReason reason = FinishReason::None;
   bool stop_string = false;
   const auto& stops = r.params.stop_token_ids;
-  const bool stop_token = std::find(stops.begin(), stops.end(), token) != stops.end();
+  const bool checks = int64_t(r.output.size()) >= r.params.min_tokens;  // no stop before min_tokens (vLLM's)
+  const bool stop_token = checks && std::find(stops.begin(), stops.end(), token) != stops.end();
   if (r.decoder && !stop_token) r.text += r.decoder->push(token);
   if (stop_token) reason = FinishReason::Stop;
-  if (reason == FinishReason::None && !r.params.stop_strings.empty()) {
+  if (reason == FinishReason::None && checks && !r.params.stop_strings.empty()) {
     size_t best = std::string::npos;
     for (const auto& s : r.params.stop_strings) {
       size_t from = r.streamed > s.size() ? r.streamed - s.size() : 0;
@@ -394,8 +431,15 @@ void Engine::speculative_step(const std::vector<Request*>& requests, std::vector
     // 4. Accept, emit, commit.
     for (size_t i = 0; i < n; ++i) {
       Request& r = *requests[i];
-      std::vector<int32_t> emitted = verify_drafts(target.logits.f32() + target.first_row[i] * vocab, vocab,
-                                                   drafts[i], r.params.sampling, r.rng);
+      std::vector<int32_t> emitted;
+      {
+        std::vector<std::unique_ptr<StopTokenMask>> masks;  // row j draws output token |output| + j + 1
+        for (int64_t j = 0; j <= int64_t(drafts[i].size()); ++j)
+          masks.push_back(std::make_unique<StopTokenMask>(r, target.logits.f32() + (target.first_row[i] + j) * vocab,
+                                                          vocab, j));
+        emitted = verify_drafts(target.logits.f32() + target.first_row[i] * vocab, vocab, drafts[i], r.params.sampling,
+                                r.rng);
+      }
       const uint64_t accepted = emitted.size() - 1;
       r.spec_verify_steps++;
       r.spec_accepted += accepted;

@@ -19,6 +19,7 @@ struct GenerationParams {
   SamplingParams sampling;
   std::optional<uint64_t> seed;
   int64_t max_tokens = 16;
+  int64_t min_tokens = 0;  // no stop token is drawn, and no stop checked, before this many tokens (vLLM's)
   std::vector<int64_t> stop_token_ids;   // in addition to the model's EOS (unless ignore_eos)
   std::vector<std::string> stop_strings;  // output ends before the first occurrence
   bool ignore_eos = false;

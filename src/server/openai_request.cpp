@@ -141,6 +141,10 @@ ParsedRequest parse_openai_request(ApiKind kind, const std::string& body, const 
   r.max_tokens_given = max_tokens.has_value();
   r.params.max_tokens = max_tokens ? *max_tokens
                                    : (kind == ApiKind::Chat ? defaults.chat_max_tokens : defaults.completion_max_tokens);
+  r.params.min_tokens = integer(j, "min_tokens", 0).value_or(0);
+  if (r.params.min_tokens > r.params.max_tokens)
+    bad_request("min_tokens", "'min_tokens' must be at most max_tokens (" + std::to_string(r.params.max_tokens) +
+                                  "), got " + std::to_string(r.params.min_tokens));
   r.params.sampling.temperature = float(number(j, "temperature", 0.0, 2.0, 1.0));
   r.params.sampling.top_p = float(number(j, "top_p", 0.0, 1.0, 1.0));
   if (r.params.sampling.top_p <= 0.0f) bad_request("top_p", "'top_p' must be in (0, 1]");

@@ -2,7 +2,7 @@
 // Parsing and validating the bodies of POST /v1/completions and /v1/chat/completions into what the engine
 // needs. Every problem is a 400 ApiError naming the field (OpenAI's `param`) and the expectation.
 // Supported: model, prompt (string, token-id array, or a one-element list of either), messages,
-// max_tokens / max_completion_tokens, temperature, top_p, top_k, seed, stop (string or list), stop_token_ids,
+// max_tokens / max_completion_tokens, min_tokens, temperature, top_p, top_k, seed, stop (string or list), stop_token_ids,
 // n (choices, each its own engine request), stream, stream_options.include_usage, ignore_eos, skip_special_tokens; presence/frequency penalties
 // only at 0, logprobs (completions: a count; chat: logprobs + top_logprobs); the other fields that
 // would change the answer are refused the same way, and unknown ones listed (server/request_fields.h).

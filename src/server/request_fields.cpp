@@ -35,7 +35,6 @@ constexpr std::array kCommon = {
     Unimplemented{"logit_bias", is_empty_object, "is not supported (only {})"},
     Unimplemented{"response_format", is_text_format,
                   "is not supported other than {\"type\": \"text\"} (no constrained decoding)"},
-    Unimplemented{"min_tokens", is_zero, "is not supported (only 0)"},
     Unimplemented{"repetition_penalty", is_one, "is not supported (only 1)"},
     Unimplemented{"min_p", is_zero, "is not supported (only 0)"},
     Unimplemented{"prompt_logprobs", never, "is not supported"},
@@ -59,8 +58,8 @@ constexpr std::array kChat = {
 };
 
 // Parsed by parse_openai_request, or carrying nothing that changes the tokens (OpenAI's bookkeeping fields).
-constexpr std::array<std::string_view, 17> kParsedCommon = {
-    "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "n", "presence_penalty", "frequency_penalty",
+constexpr std::array<std::string_view, 18> kParsedCommon = {
+    "model", "max_tokens", "min_tokens", "temperature", "top_p", "top_k", "seed", "n", "presence_penalty", "frequency_penalty",
     "logprobs", "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens", "stream", "stream_options", "user"};
 constexpr std::array<std::string_view, 2> kParsedCompletion = {"prompt", "echo"};
 constexpr std::array<std::string_view, 9> kParsedChat = {

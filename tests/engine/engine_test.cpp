@@ -385,5 +385,54 @@ TEST_F(EngineTest, PromptLogprobsCoverThePromptAcrossItsChunks) {
   }
 }
 
+// min_tokens: a stop token cannot be drawn before it (the next likeliest is), and is drawn after; the same on a
+// backend that samples on the device (those draws move to the host); logprobs stay those of the raw logits.
+TEST_F(EngineTest, MinTokensKeepsStopTokensOutUntilThen) {
+  const auto p = prompt(20, 4);
+  const auto full = alone(p, 8);
+  const int32_t stop = full[1];
+  ASSERT_NE(full[0], stop);
+  GenerationParams plain = greedy(8);
+  plain.stop_token_ids = {stop};
+  GenerationParams held = plain;
+  held.min_tokens = 5;
+  held.logprobs = 0;
+  EngineOptions o;
+  o.limits.max_running_requests = 2;
+  o.limits.max_batch_tokens = 512;
+  o.kv_pages = 8;
+  auto backend = std::make_unique<DeviceSamplingBackend>(make_cpu_backend(model_, 0, 2, 8));
+  Engine device(std::move(backend), std::make_shared<AngleDecoderFactory>(), o);
+  auto host = make_engine(2, 8, 512);
+  auto a = submit(*host, p, plain);
+  auto b = submit(*host, p, held);
+  auto b_device = submit(device, p, held);
+  for (auto* c : {&a, &b, &b_device}) (*c)->done.get_future().wait();
+  EXPECT_EQ(a->tokens, (std::vector<int32_t>{full[0], stop}));  // without min_tokens it stops at once
+  EXPECT_EQ(a->finish, FinishReason::Stop);
+  ASSERT_GE(b->tokens.size(), 5u);
+  for (size_t j = 0; j < 5; ++j) EXPECT_NE(b->tokens[j], stop) << "token " << j;
+  EXPECT_EQ(b->tokens[0], full[0]);
+  // Token 1 is the likeliest other than the stop token, and its logprob is the raw one.
+  std::vector<int32_t> ids = p;
+  ids.push_back(full[0]);
+  const Tensor ref = all_logits(*model_, ids, 0, model::Numerics{});
+  const int64_t vocab = ref.shape()[1];
+  const float* row = ref.f32() + int64_t(p.size()) * vocab;
+  int32_t second = -1;
+  for (int32_t v = 0; v < vocab; ++v)
+    if (v != stop && (second < 0 || row[v] > row[second])) second = v;
+  EXPECT_EQ(b->tokens[1], second);
+  EXPECT_NEAR(b->logprobs[1].logprob, token_logprobs(row, vocab, second, 0).logprob, 1e-4);
+  EXPECT_EQ(b_device->tokens, b->tokens);
+  if (b->tokens.size() < 8) {  // it ended on the stop token, after min_tokens
+    EXPECT_EQ(b->tokens.back(), stop);
+    EXPECT_EQ(b->finish, FinishReason::Stop);
+  }
+  GenerationParams bad = greedy(3);
+  bad.min_tokens = 4;
+  EXPECT_THROW(host->submit(p, bad, nullptr), Error);
+}
+
 }  // namespace
 }  // namespace moeserve::engine

@@ -94,6 +94,7 @@ std::string mutate_bytes(std::string text, std::mt19937_64& g) {
 void expect_usable(const ParsedRequest& r, ApiKind kind, const std::string& body) {
   EXPECT_GE(r.params.max_tokens, 1) << body;
   EXPECT_TRUE(r.n >= 1 && r.n <= kMaxChoices) << body;
+  EXPECT_TRUE(r.params.min_tokens >= 0 && r.params.min_tokens <= r.params.max_tokens) << body;
   EXPECT_TRUE(r.params.sampling.temperature >= 0.0f && r.params.sampling.temperature <= 2.0f) << body;
   EXPECT_TRUE(r.params.sampling.top_p > 0.0f && r.params.sampling.top_p <= 1.0f) << body;
   EXPECT_GE(r.params.sampling.top_k, -1) << body;

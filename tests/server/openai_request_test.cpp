@@ -59,6 +59,13 @@ TEST(OpenAiRequest, EchoAsksForThePromptsLogprobsWhenLogprobsAreAsked) {
   EXPECT_EQ(refused_param(ApiKind::Completion, {{"echo", 1}}), "echo");
 }
 
+TEST(OpenAiRequest, MinTokensUpToMaxTokens) {
+  EXPECT_EQ(parse(ApiKind::Completion, {}).params.min_tokens, 0);
+  EXPECT_EQ(parse(ApiKind::Completion, {{"min_tokens", 4}}).params.min_tokens, 4);
+  EXPECT_EQ(refused_param(ApiKind::Completion, {{"min_tokens", 5}}), "min_tokens");  // max_tokens is 4
+  EXPECT_EQ(refused_param(ApiKind::Chat, {{"min_tokens", -1}}), "min_tokens");
+}
+
 TEST(OpenAiRequest, ChoicesFromOneToOpenAisLimit) {
   EXPECT_EQ(parse(ApiKind::Chat, {}).n, 1);
   EXPECT_EQ(parse(ApiKind::Chat, {{"n", 128}}).n, 128);

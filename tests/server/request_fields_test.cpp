@@ -56,7 +56,6 @@ TEST(RequestFields, WhatWouldChangeTheAnswerIsRefused) {
     expect_refused(kind, "response_format", {{"type", "json_object"}});
     expect_refused(kind, "response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}});
     expect_refused(kind, "response_format", "text");  // not the object form
-    expect_refused(kind, "min_tokens", 3);
     expect_refused(kind, "repetition_penalty", 1.1);
     expect_refused(kind, "min_p", 0.05);
     expect_refused(kind, "prompt_logprobs", 1);
