@@ -19,7 +19,6 @@ struct Unimplemented {
   const char* why;  // the rest of "'<name>' ... "
 };
 
-bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool is_zero(const json& v) { return v.is_number() && v.get<double>() == 0.0; }
 bool is_one(const json& v) { return v.is_number() && v.get<double>() == 1.0; }
 bool is_empty_object(const json& v) { return v.is_object() && v.empty(); }
