@@ -32,6 +32,16 @@ assert.deepEqual(two.choices.map((c) => c.index), [0, 1]);
 assert.ok(two.choices.every((c) => c.message.role === "assistant" && c.finish_reason === "length"));
 assert.equal(two.usage.completion_tokens, 8);
 
+// Logprobs as the SDK types them: one content entry per completion token, each with its alternatives.
+const withLogprobs = await client.chat.completions.create({
+  model, messages: [{ role: "user", content: "Where did they go?" }], max_tokens: 5, logprobs: true, top_logprobs: 2,
+  ...greedy,
+});
+const content = withLogprobs.choices[0].logprobs.content;
+assert.equal(content.length, 5);
+assert.ok(content.every((t) => t.logprob <= 0 && t.top_logprobs.length === 2 && t.top_logprobs[0].token === t.token));
+assert.equal(Buffer.from(content.flatMap((t) => t.bytes)).toString("utf8"), withLogprobs.choices[0].message.content);
+
 // The same chat, streamed: the deltas add up to the same text.
 const stream = await client.chat.completions.create({
   model, messages: [{ role: "user", content: "Where did they go?" }], max_tokens: 10, stream: true,
