@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 
 #include "core/log.h"
@@ -45,9 +46,10 @@ class StopTokenMask {
   std::vector<std::pair<int64_t, float>> saved_;
 };
 
-// Whether drawing r's next token needs its logits on the host: logprobs, or stop tokens masked by min_tokens.
+// Whether r's rows in this step are needed on the host: logprobs of the token drawn, the prompt's logprobs while it
+// is prefilled, or stop tokens masked by min_tokens.
 bool draws_on_host(const Request& r) {
-  return r.params.logprobs >= 0 || r.params.prompt_logprobs >= 0 ||
+  return r.params.logprobs >= 0 || (r.params.prompt_logprobs >= 0 && r.prefilling()) ||
          (int64_t(r.output.size()) < r.params.min_tokens && !r.params.stop_token_ids.empty());
 }
 
@@ -252,7 +254,8 @@ void Engine::step() {
   std::vector<model::ForwardRequest> forward;
   // A backend that samples on the device takes each drawing request's settings and uniform with the forward
   // (drawn here from the request's stream as sample_token would) and returns tokens instead of logits; a batch
-  // with a request that wants logprobs brings the logits back and samples here (the same draws, a slower step).
+  // with a request whose rows are needed here (draws_on_host) brings the logits back and samples here (the same
+  // draws, a slower step).
   const bool host_draws =
       std::any_of(batch.begin(), batch.end(), [](const BatchItem& b) { return draws_on_host(*b.request); });
   const bool device_sampling = backend_->samples_on_device() && !spec && !host_draws;
@@ -433,10 +436,9 @@ void Engine::speculative_step(const std::vector<Request*>& requests, std::vector
       Request& r = *requests[i];
       std::vector<int32_t> emitted;
       {
-        std::vector<std::unique_ptr<StopTokenMask>> masks;  // row j draws output token |output| + j + 1
+        std::deque<StopTokenMask> masks;  // row j draws output token |output| + j + 1
         for (int64_t j = 0; j <= int64_t(drafts[i].size()); ++j)
-          masks.push_back(std::make_unique<StopTokenMask>(r, target.logits.f32() + (target.first_row[i] + j) * vocab,
-                                                          vocab, j));
+          masks.emplace_back(r, target.logits.f32() + (target.first_row[i] + j) * vocab, vocab, j);
         emitted = verify_drafts(target.logits.f32() + target.first_row[i] * vocab, vocab, drafts[i], r.params.sampling,
                                 r.rng);
       }
