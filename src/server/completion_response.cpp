@@ -69,6 +69,17 @@ void CompletionResponse::append_logprobs(json& all, const json& more) {
     for (const auto& v : values) all[key].push_back(v);
 }
 
+json CompletionResponse::envelope(bool chunk, json choices) const {
+  const char* object = header_.kind == ApiKind::Completion ? "text_completion"
+                       : chunk                             ? "chat.completion.chunk"
+                                                           : "chat.completion";
+  return json{{"id", header_.id},
+              {"object", object},
+              {"created", header_.created},
+              {"model", header_.model},
+              {"choices", std::move(choices)}};
+}
+
 json CompletionResponse::chunk(int choice, const std::string& text, const char* finish, bool with_role,
                                json logprobs) const {
   json c = {{"index", choice}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
@@ -80,11 +91,7 @@ json CompletionResponse::chunk(int choice, const std::string& text, const char* 
   } else {
     c["text"] = text;
   }
-  return json{{"id", header_.id},
-              {"object", header_.kind == ApiKind::Chat ? "chat.completion.chunk" : "text_completion"},
-              {"created", header_.created},
-              {"model", header_.model},
-              {"choices", json::array({c})}};
+  return envelope(/*chunk=*/true, json::array({c}));
 }
 
 // The prompt once (every choice has the same), the completions of all choices.
@@ -112,12 +119,9 @@ json CompletionResponse::body() const {
       c["text"] = choices_[i].text;
     choices.push_back(std::move(c));
   }
-  return json{{"id", header_.id},
-              {"object", header_.kind == ApiKind::Chat ? "chat.completion" : "text_completion"},
-              {"created", header_.created},
-              {"model", header_.model},
-              {"choices", std::move(choices)},
-              {"usage", usage()}};
+  json out = envelope(/*chunk=*/false, std::move(choices));
+  out["usage"] = usage();
+  return out;
 }
 
 void CompletionResponse::on_event(int choice, const engine::RequestEvent& e) {
@@ -163,13 +167,11 @@ void CompletionResponse::on_event(int choice, const engine::RequestEvent& e) {
     c.finish = e.finish;
     if (++finished_ == int(choices_.size())) {
       done_ = true;
-      if (header_.stream && header_.include_usage)
-        events_.push_back(sse({{"id", header_.id},
-                               {"object", header_.kind == ApiKind::Chat ? "chat.completion.chunk" : "text_completion"},
-                               {"created", header_.created},
-                               {"model", header_.model},
-                               {"choices", json::array()},
-                               {"usage", usage()}}));
+      if (header_.stream && header_.include_usage) {
+        json last = envelope(/*chunk=*/true, json::array());
+        last["usage"] = usage();
+        events_.push_back(sse(last));
+      }
     }
   }
   ready_.notify_all();

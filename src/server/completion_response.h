@@ -67,6 +67,8 @@ class CompletionResponse {
   // text_offset: bytes of the choice's token text before the first of `tokens` (advanced past them).
   nlohmann::json logprobs_json(const std::vector<engine::TokenLogprobs>& tokens, int64_t& text_offset) const;
   static void append_logprobs(nlohmann::json& all, const nlohmann::json& more);
+  // id, object (a chunk's or the body's), created, model and the choices: what every chunk and the body carry.
+  nlohmann::json envelope(bool chunk, nlohmann::json choices) const;
   nlohmann::json chunk(int choice, const std::string& text, const char* finish, bool with_role,
                        nlohmann::json logprobs = nullptr) const;
   nlohmann::json usage() const;  // mutex_ held

@@ -10,10 +10,10 @@
 
 #include "core/log.h"
 #include "server/api_error.h"
-#include "server/chat_template.h"
 #include "server/completion_response.h"
 #include "server/json_text.h"
 #include "server/metrics_text.h"
+#include "server/request_json.h"
 #include "server/tokenize_api.h"
 
 namespace moeserve::server {
@@ -155,9 +155,7 @@ void HttpServer::install_routes() {
   auto tokenizer_route = [this, model_name](const httplib::Request& req, httplib::Response& res, bool tokenize) {
     try {
       const json body = parse_json_object(req.body);
-      const json& model = body.contains("model") ? body["model"] : json(nullptr);
-      if (!model.is_null() && !model.is_string()) bad_request("model", "'model' must be a string");
-      check_model_name(model.is_string() ? model.get<std::string>() : "", model_name);
+      check_model_name(requested_model(body), model_name);
       if (!tokenizer_) bad_request("", "this model has no tokenizer");
       res.set_content(dump(tokenize ? tokenize_response(body, *tokenizer_, engine_->max_model_len())
                                     : detokenize_response(body, *tokenizer_)),
@@ -205,24 +203,8 @@ void HttpServer::install_routes() {
       } else {
         if (!tokenizer_) bad_request(kind == ApiKind::Chat ? "messages" : "prompt",
                                      "this model has no tokenizer: send the prompt as token ids");
-        if (kind == ApiKind::Chat) {
-          ChatTemplateOptions t;
-          t.bos_token = tokenizer_->bos_token();
-          t.add_generation_prompt = true;
-          std::string text;
-          try {
-            text = render_deepseek_chat(parsed.messages, t);
-          } catch (const Error& e) {
-            bad_request("messages", e.what());
-          }
-          prompt = tokenizer_->encode(text, /*add_special_tokens=*/false);
-        } else {
-          try {
-            prompt = tokenizer_->encode(*parsed.prompt_text, /*add_special_tokens=*/true);
-          } catch (const Error& e) {
-            bad_request("prompt", e.what());
-          }
-        }
+        prompt = kind == ApiKind::Chat ? encode_chat(*tokenizer_, parsed.messages, /*add_generation_prompt=*/true)
+                                       : encode_prompt(*tokenizer_, *parsed.prompt_text, /*add_special_tokens=*/true);
       }
       if (prompt.empty()) bad_request(kind == ApiKind::Chat ? "messages" : "prompt", "the prompt is empty");
     } catch (const ApiError& e) {

@@ -4,54 +4,13 @@
 
 #include "server/api_error.h"
 #include "server/request_fields.h"
+#include "server/request_json.h"
 
 namespace moeserve::server {
 
 namespace {
 
 using nlohmann::json;
-
-const json* field(const json& j, const char* name) {
-  auto it = j.find(name);
-  return (it == j.end() || it->is_null()) ? nullptr : &*it;
-}
-
-double number(const json& j, const char* name, double lo, double hi, double fallback) {
-  const json* v = field(j, name);
-  if (!v) return fallback;
-  if (!v->is_number()) bad_request(name, std::string("'") + name + "' must be a number, got " + v->dump());
-  double x = v->get<double>();
-  if (!(x >= lo && x <= hi))
-    bad_request(name, std::string("'") + name + "' must be between " + json(lo).dump() + " and " + json(hi).dump() +
-                          ", got " + v->dump());
-  return x;
-}
-
-std::optional<int64_t> integer(const json& j, const char* name, int64_t lo) {
-  const json* v = field(j, name);
-  if (!v) return std::nullopt;
-  if (!v->is_number_integer()) bad_request(name, std::string("'") + name + "' must be an integer, got " + v->dump());
-  int64_t x = v->get<int64_t>();
-  if (x < lo) bad_request(name, std::string("'") + name + "' must be >= " + std::to_string(lo) + ", got " + v->dump());
-  return x;
-}
-
-bool boolean(const json& j, const char* name, bool fallback) {
-  const json* v = field(j, name);
-  if (!v) return fallback;
-  if (!v->is_boolean()) bad_request(name, std::string("'") + name + "' must be true or false, got " + v->dump());
-  return v->get<bool>();
-}
-
-std::vector<int32_t> token_ids(const json& v, const std::string& param) {
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].is_number_integer() || v[i].get<int64_t>() < 0 || v[i].get<int64_t>() > INT32_MAX)
-      bad_request(param, param + "[" + std::to_string(i) + "] must be a non-negative token id, got " + v[i].dump());
-    ids.push_back(int32_t(v[i].get<int64_t>()));
-  }
-  return ids;
-}
 
 void parse_prompt(const json& j, ParsedRequest& r) {
   const json* p = field(j, "prompt");
@@ -116,24 +75,11 @@ ParsedRequest parse_openai_request(ApiKind kind, const std::string& body, const 
   const json j = parse_json_object(body);
   ParsedRequest r;
   r.kind = kind;
-  if (const json* m = field(j, "model")) {
-    if (!m->is_string()) bad_request("model", "'model' must be a string");
-    r.model = m->get<std::string>();
-  }
+  r.model = requested_model(j);
   if (kind == ApiKind::Completion) {
     parse_prompt(j, r);
   } else {
-    const json* messages = field(j, "messages");
-    if (!messages) bad_request("messages", "'messages' is required");
-    if (!messages->is_array()) bad_request("messages", "'messages' must be an array of messages");
-    if (messages->empty()) bad_request("messages", "'messages' must not be empty");
-    try {
-      r.messages = chat_messages_from_json(*messages);
-    } catch (const ApiError&) {
-      throw;
-    } catch (const Error& e) {
-      bad_request("messages", e.what());
-    }
+    r.messages = chat_messages(j);
   }
 
   auto max_tokens = integer(j, kind == ApiKind::Chat && field(j, "max_completion_tokens") ? "max_completion_tokens"

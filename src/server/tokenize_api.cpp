@@ -1,24 +1,35 @@
 #include "server/tokenize_api.h"
 
 #include "server/api_error.h"
-#include "server/chat_message.h"
 #include "server/chat_template.h"
 #include "server/json_field.h"
+#include "server/request_json.h"
 
 namespace moeserve::server {
 
 using nlohmann::json;
 
-namespace {
-
-bool flag(const json& body, const char* name, bool fallback) {
-  const json& v = json_field(body, name);
-  if (v.is_null()) return fallback;
-  if (!v.is_boolean()) bad_request(name, std::string("'") + name + "' must be true or false, got " + v.dump());
-  return v.get<bool>();
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& text, bool add_special_tokens) {
+  try {
+    return tokenizer.encode(text, add_special_tokens);
+  } catch (const Error& e) {
+    bad_request("prompt", e.what());
+  }
 }
 
-}  // namespace
+std::vector<int32_t> encode_chat(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
+                                 bool add_generation_prompt) {
+  ChatTemplateOptions options;
+  options.bos_token = tokenizer.bos_token();
+  options.add_generation_prompt = add_generation_prompt;
+  std::string text;
+  try {
+    text = render_deepseek_chat(messages, options);
+  } catch (const Error& e) {
+    bad_request("messages", e.what());
+  }
+  return tokenizer.encode(text, /*add_special_tokens=*/false);
+}
 
 json tokenize_response(const json& body, const Tokenizer& tokenizer, int64_t max_model_len) {
   const json& prompt = json_field(body, "prompt");
@@ -28,30 +39,12 @@ json tokenize_response(const json& body, const Tokenizer& tokenizer, int64_t max
   std::vector<int32_t> tokens;
   if (!prompt.is_null()) {
     if (!prompt.is_string()) bad_request("prompt", "'prompt' must be a string, got " + prompt.dump());
-    try {
-      tokens = tokenizer.encode(prompt.get<std::string>(), flag(body, "add_special_tokens", true));
-    } catch (const ApiError&) {
-      throw;
-    } catch (const Error& e) {
-      bad_request("prompt", e.what());
-    }
+    tokens = encode_prompt(tokenizer, prompt.get<std::string>(), boolean(body, "add_special_tokens", true));
   } else {
-    if (!messages.is_array() || messages.empty()) bad_request("messages", "'messages' must be a non-empty array");
-    ChatTemplateOptions options;
-    options.bos_token = tokenizer.bos_token();
-    options.add_generation_prompt = flag(body, "add_generation_prompt", true);
-    std::string text;
-    try {
-      text = render_deepseek_chat(chat_messages_from_json(messages), options);
-    } catch (const ApiError&) {
-      throw;
-    } catch (const Error& e) {
-      bad_request("messages", e.what());
-    }
-    tokens = tokenizer.encode(text, /*add_special_tokens=*/false);
+    tokens = encode_chat(tokenizer, chat_messages(body), boolean(body, "add_generation_prompt", true));
   }
   json strs = nullptr;
-  if (flag(body, "return_token_strs", false)) {
+  if (boolean(body, "return_token_strs", false)) {
     strs = json::array();
     for (int32_t id : tokens) strs.push_back(tokenizer.decode(std::span<const int32_t>(&id, 1)));
   }
@@ -61,14 +54,11 @@ json tokenize_response(const json& body, const Tokenizer& tokenizer, int64_t max
 json detokenize_response(const json& body, const Tokenizer& tokenizer) {
   const json& tokens = json_field(body, "tokens");
   if (!tokens.is_array()) bad_request("tokens", "'tokens' must be an array of token ids");
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const json& t = tokens[i];
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX ||
-        !tokenizer.is_token(int32_t(t.get<int64_t>())))
-      bad_request("tokens", "tokens[" + std::to_string(i) + "] is not a token id of this tokenizer, got " + t.dump());
-    ids.push_back(int32_t(t.get<int64_t>()));
-  }
+  const std::vector<int32_t> ids = token_ids(tokens, "tokens");
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (!tokenizer.is_token(ids[i]))
+      bad_request("tokens", "tokens[" + std::to_string(i) + "] is not a token id of this tokenizer, got " +
+                                std::to_string(ids[i]));
   return json{{"prompt", tokenizer.decode(ids)}};
 }
 
