@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# On the GPU machine (device tool): the pending W4A8 branches' checks and A/Bs, in two calls of at most 570 s, after
-#   VARIANTS="rel=pending/w4a8-release-order l2=pending/w4a8-l2-ahead" \
+# On the GPU machine (device tool): the pending W4A8 experiments' checks and A/Bs (scripts/pending/*.patch), in two
+# calls of at most 570 s, after
+#   VARIANTS="rel=scripts/pending/w4a8-release-order.patch l2=scripts/pending/w4a8-l2-ahead.patch" \
 #   PACK_ONLY="test_gpu bench_gpu_moe_w4a8 test_gpu_rel bench_gpu_moe_w4a8_rel test_gpu_l2 bench_gpu_moe_w4a8_l2" \
 #   bash scripts/device-prepare.sh
 # here (one tarball for both parts).
-# pending/w4a8-release-order (moe-w4a8.md, fifty-second and fifty-third sections): racecheck reports a WAR hazard
+# w4a8-release-order.patch (moe-w4a8.md, fifty-second and fifty-third sections): racecheck reports a WAR hazard
 # between the W4A8 consumers' lds128 of a stage's weights and the producer's next cp.async.bulk into it.
 # MOESERVE_W4A8_RELEASE=1: the producer's fence.proxy.async after its empty wait; 2: every consumer thread arrives on
 # the empty barrier; 3: the weights by descriptor TMA (the form flash-attention's notes find racecheck to track);
-# unset: main's order. pending/w4a8-l2-ahead: MOESERVE_W4A8_L2_AHEAD=N asks L2 for the weights N stages ahead.
+# unset: main's order. w4a8-l2-ahead.patch: MOESERVE_W4A8_L2_AHEAD=N asks L2 for the weights N stages ahead.
 # Part 1 (the bars first): the L2 branch's W4A8 tests under N = 8; its A/B by the dispatch table's picks, prefill
 #   4K-32K and decode 1-256 tokens (settled), unset against N = 8 and 16 in one binary; main's whole test_gpu.
 # Part 2: the release branch's W4A8 tests under 1-3; racecheck of the flagged test under release 0-3; what releases

@@ -37,14 +37,21 @@ restore_probe() {
   PROBE_SAVED=""
 }
 trap 'restore_variant; restore_probe' EXIT
+# COMMIT may instead be a patch file (scripts/pending/*.patch: experiments kept in the tree, since unmerged branches
+# do not outlive a session's checkout): the patch is applied to the tree's DIRS, which come back the same way.
 build_variant() {
   local name=$1 commit=$2 d t
   VARIANT_DIRS=$3
   VARIANT_SAVED=$(mktemp -d)
   for d in $VARIANT_DIRS; do cp -a "$d" "$VARIANT_SAVED/"; done
-  VARIANT_CHANGED=$(git diff --name-only "$commit" -- $VARIANT_DIRS)
-  for d in $VARIANT_DIRS; do rm -rf "$d"; done
-  git archive "$commit" $VARIANT_DIRS | tar xm  # m: now as mtime, newer than any object of another version
+  if [[ "$commit" == *.patch ]]; then
+    VARIANT_CHANGED=$(git apply --numstat "$commit" | cut -f3)
+    git apply "$commit"  # the patched files get the current time; the others keep their objects
+  else
+    VARIANT_CHANGED=$(git diff --name-only "$commit" -- $VARIANT_DIRS)
+    for d in $VARIANT_DIRS; do rm -rf "$d"; done
+    git archive "$commit" $VARIANT_DIRS | tar xm  # m: now as mtime, newer than any object of another version
+  fi
   cmake --build "$BUILD" -j"$(nproc)" --target $4
   for t in $4; do cp "$BUILD/$t" ".device-bin/${t}_$name"; done
   restore_variant
@@ -52,9 +59,9 @@ build_variant() {
 # BASELINE=COMMIT: also bench_gpu_ops_base and bench_gpu_moe_w4a8_base, built with COMMIT's src/ (for
 # scripts/device-ab.sh's NAME@bench_gpu_ops_base, and kernel A/B runs).
 if [ -n "${BASELINE:-}" ]; then build_variant base "$BASELINE" src "bench_gpu_ops bench_gpu_moe_w4a8"; fi
-# VARIANTS="NAME=COMMIT ...": for each, test_gpu_NAME, bench_gpu_ops_NAME and bench_gpu_moe_w4a8_NAME built with
-# COMMIT's src/, tests/ and bench/ (unmerged branches verified in the same device call: NAME@bench_gpu_ops_NAME in
-# scripts/device-ab.sh).
+# VARIANTS="NAME=COMMIT|PATCH ...": for each, test_gpu_NAME, bench_gpu_ops_NAME and bench_gpu_moe_w4a8_NAME built
+# with COMMIT's src/, tests/ and bench/, or the tree's with PATCH applied (unmerged work verified in the same device
+# call: NAME@bench_gpu_ops_NAME in scripts/device-ab.sh).
 for v in ${VARIANTS:-}; do
   build_variant "${v%%=*}" "${v#*=}" "src tests bench" "test_gpu bench_gpu_ops bench_gpu_moe_w4a8"
 done
