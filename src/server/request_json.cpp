@@ -1,14 +1,15 @@
 #include "server/request_json.h"
 
 #include "server/api_error.h"
+#include "server/json_field.h"
 
 namespace moeserve::server {
 
 using nlohmann::json;
 
 const json* field(const json& j, const char* name) {
-  auto it = j.find(name);
-  return (it == j.end() || it->is_null()) ? nullptr : &*it;
+  const json& v = json_field(j, name);
+  return v.is_null() ? nullptr : &v;
 }
 
 double number(const json& j, const char* name, double lo, double hi, double fallback) {
