@@ -19,7 +19,7 @@ source scripts/prebuilt-env.sh
 use_prebuilt "$2"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 T0=$(date +%s)
-LIMIT=${LIMIT:-570}  # seconds for the whole part (the last step gets what is left)
+LIMIT=${LIMIT:-570}  # seconds for the whole call (the last step gets what is left)
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 step() { local name=$1 lim=$2; shift 2; local s; s=$(date +%s); timeout "$lim" "$@" >"$OUT/$name.log" 2>&1; local rc=$?
   echo "## $name rc=$rc $(( $(date +%s) - s ))s :: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$name.log" | tr '\n' ' ')"
