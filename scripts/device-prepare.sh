@@ -46,6 +46,10 @@ build_variant() {
   for d in $VARIANT_DIRS; do cp -a "$d" "$VARIANT_SAVED/"; done
   if [[ "$commit" == *.patch ]]; then
     VARIANT_CHANGED=$(git apply --numstat "$commit" | cut -f3)
+    for f in $VARIANT_CHANGED; do  # only DIRS come back afterwards
+      [[ " $VARIANT_DIRS " == *" ${f%%/*} "* ]] ||
+        { echo "device-prepare: $commit changes $f, outside $VARIANT_DIRS" >&2; exit 1; }
+    done
     git apply "$commit"  # the patched files get the current time; the others keep their objects
   else
     VARIANT_CHANGED=$(git diff --name-only "$commit" -- $VARIANT_DIRS)
