@@ -503,6 +503,56 @@ TEST(MoeW4A8Gpu, GemmLargeExponentSpread) {
   check_gemm("wide_spread", 4, 4096, 2048, {5, 0, 33, 129}, 0.05);
 }
 
+// MOESERVE_W4A8_EVERY_THREAD_RELEASES=1 (the stage release compute-sanitizer's racecheck follows: every consumer
+// thread arrives on the empty barrier) changes only who arrives: the same bits as the default, every config, both
+// item orders. The default's outputs are checked against the reference by the tests above.
+TEST(MoeW4A8Gpu, EveryThreadReleasingChangesNoBit) {
+  SKIP_WITHOUT_GPU();
+  const int E = 6, N = 4096, K = 2048;
+  const std::vector<int> counts = {130, 0, 7, 1, 257, 100};  // stages reused (16 groups), many token tiles
+  std::mt19937 rng(test_seed("every_thread_releases"));
+  const Experts x = make_experts(rng, E, N, K, 0);
+  const int rows = std::accumulate(counts.begin(), counts.end(), 0);
+  const int sa_ld = (rows + 3) / 4 * 4 + 4;
+  std::vector<uint8_t> a(size_t(rows) * K);
+  std::vector<float> sa(size_t(K / 128) * sa_ld, NAN);
+  quantize_rows(rng, rows, K, a, sa, sa_ld, std::vector<char>(rows, 1));
+  DevBuf<uint8_t> dw(x.packed), da(a);
+  DevBuf<uint64_t> dflags(x.flags);
+  DevBuf<int> dcounts(counts), dcounter(std::vector<int>{0});
+  DevBuf<float> dsa(sa), y(size_t(rows) * N);
+  const cuda::MoeW4A8Weights wts{dw.p, dflags.p, E, N, K};
+  const cuda::MoeW4A8Input in{da.p, dsa.p, rows, sa_ld};
+  const char* before = std::getenv("MOESERVE_W4A8_EVERY_THREAD_RELEASES");
+  const std::string saved = before ? before : "";
+  auto run = [&](int cfg, bool dynamic, bool every_thread) {
+    setenv("MOESERVE_W4A8_EVERY_THREAD_RELEASES", every_thread ? "1" : "0", 1);
+    cuda::MoeW4A8Chain chain;
+    if (dynamic) chain.item_counter = dcounter.p;
+    y.poison();
+    const cudaError_t err =
+        cuda::moe_grouped_gemm_w4a8_contiguous(wts, in, dcounts.p, y.p, cuda::MoeOutType::F32, 1, cfg, nullptr, chain, {});
+    EXPECT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return y.download();
+  };
+  int runs = 0;
+  for (int cfg = 0; cfg < cuda::moe_w4a8_config_count(); ++cfg) {
+    if (!cuda::moe_w4a8_config_fits(cfg, N, K) || !config_selected(cfg)) continue;
+    for (const bool dynamic : {false, true}) {
+      const std::vector<float> base = run(cfg, dynamic, false);
+      const std::vector<float> every = run(cfg, dynamic, true);
+      int64_t differ = 0;
+      for (size_t i = 0; i < base.size(); ++i) differ += f32_to_bits(base[i]) != f32_to_bits(every[i]);
+      EXPECT_EQ(differ, 0) << cuda::moe_w4a8_config(cfg).name << (dynamic ? " dynamic" : "") << ": elements differ";
+      ++runs;
+    }
+  }
+  if (before) setenv("MOESERVE_W4A8_EVERY_THREAD_RELEASES", saved.c_str(), 1);
+  else unsetenv("MOESERVE_W4A8_EVERY_THREAD_RELEASES");
+  EXPECT_GT(runs, 0);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Glue
 // ---------------------------------------------------------------------------------------------------------
