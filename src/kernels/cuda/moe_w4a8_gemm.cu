@@ -141,7 +141,7 @@ struct Params {
   int id_slots;
   int rows_lo, rows_hi;     // only experts with rows_lo <= rows <= rows_hi get work items (MoeW4A8Split)
   int* item_counter;        // MoeW4A8Chain::item_counter, or null
-  int every_thread_releases;  // MOESERVE_W4A8_EVERY_THREAD_RELEASES: for compute-sanitizer's racecheck (run_gemm)
+  int every_thread_releases;  // MoeW4A8Chain::every_thread_releases (for compute-sanitizer's racecheck)
 };
 
 // The expert owning work item `it`: item_start[e] <= it < item_start[e + 1] (binary search: a CTA's first item
@@ -956,10 +956,13 @@ const Launcher kLaunchers[] = {
 };
 constexpr int kNumConfigs = int(sizeof(kLaunchers) / sizeof(kLaunchers[0]));
 
-// Read at every launch (not cached), so that a test can compare both forms in one process.
-bool every_thread_releases() {
-  const char* e = std::getenv("MOESERVE_W4A8_EVERY_THREAD_RELEASES");
-  return e && std::strcmp(e, "1") == 0;
+// MOESERVE_W4A8_EVERY_THREAD_RELEASES=1: MoeW4A8Chain::every_thread_releases for every launch (sanitizer runs).
+bool every_thread_releases_everywhere() {
+  static const bool on = [] {
+    const char* e = std::getenv("MOESERVE_W4A8_EVERY_THREAD_RELEASES");
+    return e && std::strcmp(e, "1") == 0;
+  }();
+  return on;
 }
 
 cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int* counts, int cap, void* y,
@@ -1014,10 +1017,11 @@ cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int*
   // The stage release: after __syncwarp, lane 0 arrives for its warp, which orders the warp's reads of the stage
   // before the producer's next copy into it (the mbarrier arrive releases what __syncwarp ordered before it).
   // compute-sanitizer's racecheck does not follow that for the weights' raw bulk copies and reports WAR hazards
-  // (moe-w4a8.md, fifty-second to fifty-sixth sections); with MOESERVE_W4A8_EVERY_THREAD_RELEASES=1 every consumer
-  // thread arrives, an order it follows (no hazard in the W4A8 tests it finished). Off by default: 128 arrivals a
+  // (moe-w4a8.md, fifty-second to fifty-sixth sections); with MoeW4A8Chain::every_thread_releases (or
+  // MOESERVE_W4A8_EVERY_THREAD_RELEASES=1) every consumer thread arrives, an order it follows (no hazard in the W4A8
+  // tests it finished). Off by default: 128 arrivals a
   // stage per warpgroup instead of 4 made V4-Pro at 4K prefill tokens 5-7 % slower (H100).
-  p.every_thread_releases = every_thread_releases() ? 1 : 0;
+  p.every_thread_releases = chain.every_thread_releases || every_thread_releases_everywhere() ? 1 : 0;
   if (split.config < 0) return kLaunchers[config].launch(p, in, stream);
   // The loaded experts first (few, long work items), then the many short items of the rest, which fill the tail.
   p.rows_lo = split.rows + 1;

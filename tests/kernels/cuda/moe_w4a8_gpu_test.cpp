@@ -503,9 +503,10 @@ TEST(MoeW4A8Gpu, GemmLargeExponentSpread) {
   check_gemm("wide_spread", 4, 4096, 2048, {5, 0, 33, 129}, 0.05);
 }
 
-// MOESERVE_W4A8_EVERY_THREAD_RELEASES=1 (the stage release compute-sanitizer's racecheck follows: every consumer
-// thread arrives on the empty barrier) changes only who arrives: the same bits as the default, every config, both
-// item orders. The default's outputs are checked against the reference by the tests above.
+// MoeW4A8Chain::every_thread_releases (the stage release compute-sanitizer's racecheck follows: every consumer thread
+// arrives on the empty barrier) changes only who arrives: the same bits as the default, every config, both item
+// orders. The default's outputs are checked against the reference by the tests above. (Under
+// MOESERVE_W4A8_EVERY_THREAD_RELEASES=1 both sides take that form.)
 TEST(MoeW4A8Gpu, EveryThreadReleasingChangesNoBit) {
   SKIP_WITHOUT_GPU();
   const int E = 6, N = 4096, K = 2048;
@@ -523,12 +524,10 @@ TEST(MoeW4A8Gpu, EveryThreadReleasingChangesNoBit) {
   DevBuf<float> dsa(sa), y(size_t(rows) * N);
   const cuda::MoeW4A8Weights wts{dw.p, dflags.p, E, N, K};
   const cuda::MoeW4A8Input in{da.p, dsa.p, rows, sa_ld};
-  const char* before = std::getenv("MOESERVE_W4A8_EVERY_THREAD_RELEASES");
-  const std::string saved = before ? before : "";
   auto run = [&](int cfg, bool dynamic, bool every_thread) {
-    setenv("MOESERVE_W4A8_EVERY_THREAD_RELEASES", every_thread ? "1" : "0", 1);
     cuda::MoeW4A8Chain chain;
     if (dynamic) chain.item_counter = dcounter.p;
+    chain.every_thread_releases = every_thread;
     y.poison();
     const cudaError_t err =
         cuda::moe_grouped_gemm_w4a8_contiguous(wts, in, dcounts.p, y.p, cuda::MoeOutType::F32, 1, cfg, nullptr, chain, {});
@@ -548,8 +547,6 @@ TEST(MoeW4A8Gpu, EveryThreadReleasingChangesNoBit) {
       ++runs;
     }
   }
-  if (before) setenv("MOESERVE_W4A8_EVERY_THREAD_RELEASES", saved.c_str(), 1);
-  else unsetenv("MOESERVE_W4A8_EVERY_THREAD_RELEASES");
   EXPECT_GT(runs, 0);
 }
 
