@@ -956,6 +956,8 @@ const Launcher kLaunchers[] = {
 };
 constexpr int kNumConfigs = int(sizeof(kLaunchers) / sizeof(kLaunchers[0]));
 
+// Token tiles up to which every consumer thread releases a stage whatever the chain asks (the stage release, below).
+constexpr int kEveryThreadTokens = 32;
 // MOESERVE_W4A8_EVERY_THREAD_RELEASES=1: MoeW4A8Chain::every_thread_releases for every launch (sanitizer runs).
 bool every_thread_releases_everywhere() {
   static const bool on = [] {
@@ -1014,20 +1016,29 @@ cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int*
   p.rows_lo = 0;
   p.rows_hi = INT_MAX;
   p.item_counter = chain.item_counter;
-  // The stage release: after __syncwarp, lane 0 arrives for its warp, which orders the warp's reads of the stage
-  // before the producer's next copy into it (the mbarrier arrive releases what __syncwarp ordered before it).
-  // compute-sanitizer's racecheck does not follow that for the weights' raw bulk copies and reports WAR hazards
-  // (moe-w4a8.md, fifty-second to fifty-sixth sections); with MoeW4A8Chain::every_thread_releases (or
-  // MOESERVE_W4A8_EVERY_THREAD_RELEASES=1) every consumer thread arrives, an order it follows (no hazard in the W4A8
-  // tests it finished). Off by default: 128 arrivals a
-  // stage per warpgroup instead of 4 made V4-Pro at 4K prefill tokens 5-7 % slower (H100).
-  p.every_thread_releases = chain.every_thread_releases || every_thread_releases_everywhere() ? 1 : 0;
+  // The stage release. Two forms: every consumer thread arrives on the stage's empty barrier, or, after __syncwarp,
+  // lane 0 for its warp (the mbarrier arrive releasing what __syncwarp ordered before it). compute-sanitizer's
+  // racecheck reports WAR hazards on the lane-0 form (a consumer's lds128 of a stage's weights against the producer's
+  // next bulk copy into it) and none on the other; and under initcheck's timing the 8-token configs gave wrong
+  // outputs in the lane-0 form in two of four runs of a test, none in the other form (moe-w4a8.md, fifty-seventh
+  // section; never outside the tools). So tiles of up to kEveryThreadTokens tokens (the decode configs, where the
+  // 128 arrivals a stage per warpgroup measured level: geomean 1.002 over decode 1-256 tokens, fifty-sixth section)
+  // always take the every-thread form. Wider tiles keep lane 0 unless MoeW4A8Chain::every_thread_releases or
+  // MOESERVE_W4A8_EVERY_THREAD_RELEASES=1 asks: there every thread arriving made V4-Pro at 4K prefill tokens 5-7 %
+  // slower (H100), and no tool has failed them yet.
+  const bool every_thread = chain.every_thread_releases || every_thread_releases_everywhere();
+  auto releases_for = [&](int cfg) {
+    return every_thread || kLaunchers[cfg].info.block_tokens <= kEveryThreadTokens ? 1 : 0;
+  };
+  p.every_thread_releases = releases_for(config);
   if (split.config < 0) return kLaunchers[config].launch(p, in, stream);
   // The loaded experts first (few, long work items), then the many short items of the rest, which fill the tail.
   p.rows_lo = split.rows + 1;
+  p.every_thread_releases = releases_for(split.config);
   const cudaError_t err = kLaunchers[split.config].launch(p, in, stream);
   if (err != cudaSuccess) return err;
   p.rows_lo = 0;
+  p.every_thread_releases = releases_for(config);
   p.rows_hi = split.rows;
   return kLaunchers[config].launch(p, in, stream);
 }
