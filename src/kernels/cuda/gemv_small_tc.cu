@@ -31,8 +31,12 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv_small.h"
@@ -298,19 +302,58 @@ cudaError_t launch_shape(const GemvArgs& a, const Plan& pl, cudaStream_t stream)
   return cudaErrorInvalidValue;
 }
 
+// The shapes routed here by default: the indexer's wq_b (V4-Flash 8192 x 1024). In the FP8-expert V4-Flash layer at
+// batch 1 it measured level with it (H100, 5 rounds: 168.36 against 168.27 us median) while the op is 12-15 % faster
+// through gemv(); shared w2 (4096 x 2048) on this kernel made the layer ~1.2 us slower there (fifty-second,
+// fifty-sixth and fifty-seventh sections of docs/benchmarks/cuda-ops.md), so it stays on gemv()'s other kernels.
+constexpr std::pair<int, int> kDefaultTcShapes[] = {{8192, 1024}};
+
+// MOESERVE_GEMV_TC: unset the default shapes, "0" none, "1" every fitting shape, or "NxK[,NxK...]" only those (N rows
+// of K), so that the layer can be timed with one linear switched at a time. Anything else is reported once and read
+// as unset.
+struct TcShapes {
+  bool all = false;
+  std::vector<std::pair<int, int>> only;
+};
+
+TcShapes parse_tc_shapes(const char* e) {
+  TcShapes t;
+  if (!e || !*e) {
+    t.only.assign(std::begin(kDefaultTcShapes), std::end(kDefaultTcShapes));
+    return t;
+  }
+  if (std::string(e) == "0") return t;
+  if (std::string(e) == "1") {
+    t.all = true;
+    return t;
+  }
+  std::string s(e);
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t end = std::min(s.find(',', at), s.size());
+    int n = 0, k = 0;
+    char tail = 0;
+    if (std::sscanf(s.substr(at, end - at).c_str(), "%dx%d%c", &n, &k, &tail) != 2 || n <= 0 || k <= 0) {
+      std::fprintf(stderr, "MOESERVE_GEMV_TC: expected 0, 1 or NxK[,NxK...] (e.g. 8192x1024), got '%s'; ignored\n", e);
+      return parse_tc_shapes(nullptr);
+    }
+    t.only.emplace_back(n, k);
+    at = end + 1;
+  }
+  return t;
+}
+
 }  // namespace
 
 int gemv_small_tc_rows_per_block(const GemvArgs& a) { return plan_for(a).rows; }
 
 bool gemv_small_tc_preferred(const GemvArgs& a) {
-  // Opt-in until measured in the layer (MOESERVE_GEMV_TC=1): the one-row GEMVs' earlier kernels were faster alone
-  // and slower in the layer more than once (docs/benchmarks/cuda-ops.md). Blocks over most SMs only: on 64 blocks
+  // Shapes by the layer's measurements (kDefaultTcShapes): the one-row GEMVs' earlier kernels were faster alone and
+  // slower in the layer more than once (docs/benchmarks/cuda-ops.md). Blocks over most SMs only: on 64 blocks
   // (wq_a, 1024 x 4096) it measured 4.30 us against the streaming kernel's 3.23.
-  static const bool on = [] {
-    const char* e = std::getenv("MOESERVE_GEMV_TC");
-    return e && std::string(e) == "1";
-  }();
-  if (!on) return false;
+  static const TcShapes shapes = parse_tc_shapes(std::getenv("MOESERVE_GEMV_TC"));
+  const bool listed = std::find(shapes.only.begin(), shapes.only.end(), std::make_pair(a.N, a.K)) != shapes.only.end();
+  if (!shapes.all && !listed) return false;
   const Plan pl = plan_for(a);
   return pl.rows > 0 && gemv_blocks_cover_most_sms((a.N + pl.rows - 1) / pl.rows);
 }
