@@ -141,7 +141,7 @@ struct Params {
   int id_slots;
   int rows_lo, rows_hi;     // only experts with rows_lo <= rows <= rows_hi get work items (MoeW4A8Split)
   int* item_counter;        // MoeW4A8Chain::item_counter, or null
-  int every_thread_releases;  // MoeW4A8Chain::every_thread_releases (for compute-sanitizer's racecheck)
+  int every_thread_releases;  // every consumer thread arrives on a stage's empty barrier (run_gemm: the stage release)
 };
 
 // The expert owning work item `it`: item_start[e] <= it < item_start[e + 1] (binary search: a CTA's first item
