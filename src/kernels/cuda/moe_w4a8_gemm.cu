@@ -300,7 +300,8 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_a)) : "memory");
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmap_sa)) : "memory");
   }
-  // The schedule's __syncthreads publishes them. One arrival per consumer warp, or per thread (racecheck's form).
+  // The schedule's __syncthreads publishes them. One arrival per consumer warp, or per thread (run_gemm: the stage
+  // release).
   init_stage_barriers<S>(full_bar, empty_bar, p.every_thread_releases ? 128 * WG : 4 * WG);
   constexpr int kCopiers = 3, kCopierThreads = 32 * kCopiers;  // C::kFragSa: the producer warpgroup's warps 1-3
   if constexpr (C::kFragSa)
@@ -1027,20 +1028,18 @@ cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int*
   // MOESERVE_W4A8_EVERY_THREAD_RELEASES=1 asks: there every thread arriving made V4-Pro at 4K prefill tokens 5-7 %
   // slower (H100), and no tool has failed them yet.
   const bool every_thread = chain.every_thread_releases || every_thread_releases_everywhere();
-  auto releases_for = [&](int cfg) {
-    return every_thread || kLaunchers[cfg].info.block_tokens <= kEveryThreadTokens ? 1 : 0;
+  auto launch = [&](int cfg) {  // config cfg with its release form
+    p.every_thread_releases = every_thread || kLaunchers[cfg].info.block_tokens <= kEveryThreadTokens ? 1 : 0;
+    return kLaunchers[cfg].launch(p, in, stream);
   };
-  p.every_thread_releases = releases_for(config);
-  if (split.config < 0) return kLaunchers[config].launch(p, in, stream);
+  if (split.config < 0) return launch(config);
   // The loaded experts first (few, long work items), then the many short items of the rest, which fill the tail.
   p.rows_lo = split.rows + 1;
-  p.every_thread_releases = releases_for(split.config);
-  const cudaError_t err = kLaunchers[split.config].launch(p, in, stream);
+  const cudaError_t err = launch(split.config);
   if (err != cudaSuccess) return err;
   p.rows_lo = 0;
-  p.every_thread_releases = releases_for(config);
   p.rows_hi = split.rows;
-  return kLaunchers[config].launch(p, in, stream);
+  return launch(config);
 }
 
 }  // namespace
