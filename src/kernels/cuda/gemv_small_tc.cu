@@ -303,7 +303,7 @@ cudaError_t launch_shape(const GemvArgs& a, const Plan& pl, cudaStream_t stream)
 }
 
 // The shapes routed here by default: the indexer's wq_b (V4-Flash 8192 x 1024). In the FP8-expert V4-Flash layer at
-// batch 1 it measured level with it (H100, 5 rounds: 168.36 against 168.27 us median) while the op is 12-15 % faster
+// batch 1 it measured level with it (H100, 5 rounds: 168.36 against 168.27 us median) while the op is ~12 % faster
 // through gemv(); shared w2 (4096 x 2048) on this kernel made the layer ~1.2 us slower there (fifty-second,
 // fifty-sixth and fifty-seventh sections of docs/benchmarks/cuda-ops.md), so it stays on gemv()'s other kernels.
 constexpr std::pair<int, int> kDefaultTcShapes[] = {{8192, 1024}};
