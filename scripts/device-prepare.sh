@@ -71,14 +71,18 @@ for v in ${VARIANTS:-}; do
 done
 # PROBES="2 4 7": also bench_gpu_moe_w4a8_pN, its GEMM built with probe N (MOESERVE_W4A8_PROBE in moe_w4a8_gemm.cu:
 # bits 1-8 ablations, timing only, the outputs wrong, moe-w4a8.md forty-first session; bit 16 the per-CTA timeline that
-# `--timeline` prints, forty-fourth session).
+# `--timeline` prints, forty-fourth session; bit 32 random sleeps at the pipeline's hand-over points, outputs right,
+# 64 the stage check (outputs right; each group's shared-memory bytes against their source, counts printed per
+# launch), fifty-eighth session: with bits 32 and 64, test_gpu_pN too).
 for n in ${PROBES:-}; do
   PROBE_SAVED=$(mktemp)
   cp "$PROBE_FILE" "$PROBE_SAVED"
   sed -i "s/^#define MOESERVE_W4A8_PROBE 0$/#define MOESERVE_W4A8_PROBE $n/" "$PROBE_FILE"
   grep -q "^#define MOESERVE_W4A8_PROBE $n$" "$PROBE_FILE"
-  cmake --build "$BUILD" -j"$(nproc)" --target bench_gpu_moe_w4a8
-  cp "$BUILD/bench_gpu_moe_w4a8" ".device-bin/bench_gpu_moe_w4a8_p$n"
+  targets=bench_gpu_moe_w4a8
+  if (( n & 96 )); then targets="$targets test_gpu"; fi
+  cmake --build "$BUILD" -j"$(nproc)" --target $targets
+  for t in $targets; do cp "$BUILD/$t" ".device-bin/${t}_p$n"; done
   restore_probe
 done
 pwd > .device-bin/source_dir  # the binaries read fixtures and models/ under the path they were built in

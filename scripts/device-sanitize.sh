@@ -70,11 +70,10 @@ for r in "${runs[@]}"; do
   [ "$tool" = racecheck ] && extra=(--racecheck-report all)
   limit=()
   [[ "$tool" == racecheck || "$tool" == synccheck ]] && limit=(env MOESERVE_TEST_W4A8_CONFIGS="$w4a8_configs")
-  # racecheck reports WAR hazards on the W4A8 GEMM's lane-0 stage release (lane 0 arriving for its warp after
-  # __syncwarp) at the weights' bulk copies, none with every consumer thread arriving (fifty-sixth session). Main
-  # takes the every-thread form in tiles of up to 32 tokens (after initcheck runs gave wrong outputs in the lane-0
-  # form there, fifty-seventh session) and lane 0 in wider ones; racecheck runs put every config in the every-thread
-  # form, and SANITIZE_W4A8_LANE0_RELEASE=1 keeps main's forms. The other tools run main's forms.
+  # racecheck reports WAR hazards on the W4A8 GEMM's stage release (lane 0 arriving for its warp after __syncwarp)
+  # at the weights' bulk copies, none with every consumer thread arriving (fifty-sixth session), so its runs take the
+  # every-thread form; SANITIZE_W4A8_LANE0_RELEASE=1 keeps main's. The other tools run main's form. (initcheck's wrong
+  # outputs in the 8-token configs come in either form: fifty-seventh and fifty-eighth sessions, moe-w4a8.md.)
   [ "$tool" = racecheck ] && [ "${SANITIZE_W4A8_LANE0_RELEASE:-0}" != 1 ] &&
     limit+=(env MOESERVE_W4A8_EVERY_THREAD_RELEASES=1)
   # --error-exitcode tells the tool's findings apart from a test failure (gtest exits 1) and a timeout (124).

@@ -90,10 +90,9 @@ MoeW4A8Split moe_w4a8_pick_split_for(const char* gpu, int E, int N, int K, int s
 //    items (the configs without copier warps, but the 160-token tile; the others keep the fixed order). The launch
 //    leaves it 0 again (graphs replay). Same results, bit for bit.
 //  - every_thread_releases: every consumer thread arrives on a stage's empty barrier, not one lane per warp after
-//    __syncwarp, in the tiles wider than 32 tokens too (those of 32 or fewer always do: the lane-0 form gave WAR
-//    hazards under racecheck and wrong outputs under initcheck's timing there); slower at some prefill shapes.
-//    MOESERVE_W4A8_EVERY_THREAD_RELEASES=1 sets it for every launch of the process (scripts/device-sanitize.sh).
-//    Same results, bit for bit.
+//    __syncwarp: the order compute-sanitizer's racecheck follows (it reports WAR hazards on the weights' bulk copies
+//    in the default form); slower at some prefill shapes. MOESERVE_W4A8_EVERY_THREAD_RELEASES=1 sets it for every
+//    launch of the process (scripts/device-sanitize.sh). Same results, bit for bit.
 struct MoeW4A8Chain {
   const MoeW4A8Weights* prefetch_next = nullptr;
   unsigned prefix_bytes = 0;  // per 64-row block of the next weights, multiple of 16 (moe_w4a8_prefetch_prefix)

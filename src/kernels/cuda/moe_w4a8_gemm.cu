@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -80,6 +81,45 @@ __device__ __forceinline__ void timeline_mark(int event) {
 #else
   (void)event;
 #endif
+}
+
+// Bit 32 keeps the outputs right too: the pipeline's hand-over points (a stage landing, its release, the wgmma
+// issue, the producer's copies, the epilogue) sleep for pseudo-random times of up to ~2 us, a quarter of them, per
+// warp (a converged warp reads one clock), so that a plain run on the hardware meets the orders a sanitizer's slowed
+// instructions make (test_gpu_p32, `PROBES=32 scripts/device-prepare.sh`; moe-w4a8.md, fifty-eighth session). The
+// consumers reconverge with __syncwarp after it.
+constexpr bool kJitter = (kProbe & 32) != 0;
+__device__ __forceinline__ void jitter(uint32_t salt) {
+  if constexpr (kJitter) {
+    uint32_t t;
+    asm volatile("mov.u32 %0, %%clock;" : "=r"(t));
+    uint32_t h = t ^ (salt * 0x9e3779b9u) ^ (blockIdx.x * 0x85ebca6bu) ^
+                 ((threadIdx.x >> 5) * 0xc2b2ae35u);
+    h ^= h >> 15;
+    h *= 0x2c1b3c6du;
+    h ^= h >> 12;
+    if ((h & 3) == 0) __nanosleep((h >> 8) & 2047);
+  } else {
+    (void)salt;
+  }
+}
+// Bit 64 keeps the outputs right as well: each consumer thread compares its part of every group's weight chunk and
+// activation tile in shared memory with their global source, when the group is loaded and again when its wgmmas are
+// done (before the stage's release), and counts the differences in g_stage_check, which run_gemm prints after each
+// launch (test_gpu_p64; moe-w4a8.md, fifty-eighth session): a stage read before its bytes landed differs at the
+// load, one overwritten while in use differs at the finish.
+#if MOESERVE_W4A8_PROBE & 64
+// [0] groups checked (per thread), [1] weights / [2] activations that differed at the load, [3] / [4] at the finish,
+// [5] the first difference: block << 40 | item << 8 | group << 1 | at finish.
+__device__ unsigned long long g_stage_check[6];
+#endif
+
+// A consumer warp's jitter, reconverged (the next instructions may be .aligned).
+__device__ __forceinline__ void jitter_warp(uint32_t salt) {
+  if constexpr (kJitter) {
+    jitter(salt);
+    __syncwarp();
+  }
 }
 
 using namespace hopper;
@@ -142,6 +182,10 @@ struct Params {
   int rows_lo, rows_hi;     // only experts with rows_lo <= rows <= rows_hi get work items (MoeW4A8Split)
   int* item_counter;        // MoeW4A8Chain::item_counter, or null
   int every_thread_releases;  // every consumer thread arrives on a stage's empty barrier (run_gemm: the stage release)
+#if MOESERVE_W4A8_PROBE & 64
+  const uint8_t* a;  // the activations (MoeW4A8Input::a), for the stage check
+  int rows;          // MoeW4A8Input::rows
+#endif
 };
 
 // The expert owning work item `it`: item_start[e] <= it < item_start[e + 1] (binary search: a CTA's first item
@@ -267,6 +311,9 @@ struct GroupRegs {
   uint32_t a[4][4];  // A fragments of the 4 k-steps
   uint32_t stage, gin;
   bool wide;
+#if MOESERVE_W4A8_PROBE & 64
+  int gi;  // the group's index in K (the stage check)
+#endif
 };
 
 template <class C>
@@ -483,12 +530,14 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
         const bool issued = it == int(blockIdx.x) && kc < early;  // weights and expect_tx already issued
         if (!issued) {
           mbar_wait(&empty_bar[stage], phase ^ 1);
+          jitter(1);
           if (dynamic && kc == 0) stage_item[stage] = it;
           mbar_arrive_expect_tx(&full_bar[stage], kTxBytes);
         }
 #pragma unroll
         for (int gi = 0; gi < G; ++gi)
           tma_load_2d(st + gi * BN * 128, &tmap_a, &full_bar[stage], (kc * G + gi) * 128, x.row0);
+        jitter(2);
         tma_load_2d(st + C::kActBytes, &tmap_sa, &full_bar[stage], x.row0 & ~3, kc * G);
         if (!issued) load_weights(x, kc, st, &full_bar[stage]);
         if (kTimeline && it == int(blockIdx.x) && kc == 0) timeline_mark(kTlFirstIssued);
@@ -545,6 +594,37 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   auto chunk_addr = [&](const GroupRegs& gr) {
     return stages_addr + gr.stage * C::kStageBytes + C::kActBytes + C::kSaBytes + (wg * G + gr.gin) * pack::kChunkBytes;
   };
+#if MOESERVE_W4A8_PROBE & 64
+  const uint8_t* check_w = nullptr;  // the current item's first weight chunk of this warpgroup's rows
+  int check_row0 = 0, check_item = 0;
+  // This thread's part of group gi's weight chunk and activation tile (128-byte swizzle: 16-byte unit j of row r at
+  // unit j ^ (r % 8)) against their global source; rows past the activations are the TMA's zero fill.
+  auto stage_check = [&](uint32_t stage, uint32_t gin, int gi, int at_finish) {
+    const uint32_t chunk =
+        stages_addr + stage * C::kStageBytes + C::kActBytes + C::kSaBytes + (wg * G + gin) * pack::kChunkBytes;
+    const uint8_t* src = check_w + size_t(gi) * pack::kChunkBytes;
+    bool w_bad = false, a_bad = false;
+    for (int o = tid * 16; o < int(pack::kChunkBytes); o += 128 * 16) {
+      const uint4 q = lds128(chunk + o), g = __ldcg(reinterpret_cast<const uint4*>(src + o));
+      w_bad |= q.x != g.x || q.y != g.y || q.z != g.z || q.w != g.w;
+    }
+    const uint32_t act = stages_addr + stage * C::kStageBytes + gin * BN * 128;
+    for (int u = tid; u < BN * 8; u += 128) {
+      const int r = u / 8, j = u % 8;
+      const uint4 q = lds128(act + r * 128 + ((j ^ (r & 7)) * 16));
+      uint4 g = make_uint4(0, 0, 0, 0);
+      if (check_row0 + r < p.rows)
+        g = __ldcg(reinterpret_cast<const uint4*>(p.a + size_t(check_row0 + r) * p.K + gi * 128 + j * 16));
+      a_bad |= q.x != g.x || q.y != g.y || q.z != g.z || q.w != g.w;
+    }
+    if (tid == 0) atomicAdd(&g_stage_check[0], 1ull);
+    if (w_bad) atomicAdd(&g_stage_check[1 + 2 * at_finish], 1ull);
+    if (a_bad) atomicAdd(&g_stage_check[2 + 2 * at_finish], 1ull);
+    if (w_bad || a_bad)
+      atomicCAS(&g_stage_check[5], 0ull,
+                (uint64_t(blockIdx.x) << 40) | (uint64_t(check_item) << 8) | (uint64_t(gi) << 1) | uint64_t(at_finish));
+  };
+#endif
   // The chunk's e2m1 words of this thread -> its A fragments, through the tables {lo0, hi0} (row r0) and {lo1, hi1}
   // (row r0 + 8).
   auto convert_group = [&](uint32_t chunk, uint32_t lo0, uint32_t hi0, uint32_t lo1, uint32_t hi1,
@@ -579,6 +659,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       // threads that wait on the full barrier itself, so the consumers wait on both.
       if constexpr (C::kFragSa) mbar_wait(&fs_bar[ld_stage], ld_phase);
       __syncwarp();  // reconverge after the spin: wgmma is .sync.aligned
+      jitter_warp(3);
       if (kTimeline && first_wait) {
         if (threadIdx.x == 0) timeline_mark(kTlFirstLanded);
         first_wait = false;
@@ -586,6 +667,10 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     }
     gr.stage = ld_stage;
     gr.gin = gin;
+#if MOESERVE_W4A8_PROBE & 64
+    gr.gi = gi;
+    stage_check(ld_stage, gin, gi, 0);
+#endif
     gr.wide = kMayWide && (((gi < 64 ? flags_lo : flags_row[gi >> 6]) >> (gi & 63)) & 1);
     const uint32_t chunk = chunk_addr(gr);
     // The thread's values of rows r0 and r0 + 8 all come from block t4 (the activation channel order): one table
@@ -665,6 +750,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     constexpr int W = decltype(w)::value;
     const uint32_t desc = act_desc_lo(gr) + h * SUB * 8;  // + 2 per k32 step (32 bytes)
     if (!kMayWide || !gr.wide) {
+      jitter_warp(4);
       fence_operands(tmp);
       wgmma_fence();
 #pragma unroll
@@ -708,7 +794,11 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     wgmma_wait_all();
     fence_operands(tmp);
     if (!kMayWide || !gr.wide) promote(sa_ptr(gr), h, w);
+#if MOESERVE_W4A8_PROBE & 64
+    stage_check(gr.stage, gr.gin, gr.gi, 1);
+#endif
     if (last_sub && gr.gin == G - 1) {  // the stage's last group: activations, scales and weights all read
+      jitter_warp(5);
       __syncwarp();
       if (lane == 0 || p.every_thread_releases) mbar_arrive(&empty_bar[rel_stage]);
       __syncwarp();
@@ -722,6 +812,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   auto item_at_stage = [&]() {
     mbar_wait(&full_bar[ld_stage], ld_phase);
     __syncwarp();
+    jitter_warp(6);
     return stage_item[ld_stage];
   };
   for (int it = int(blockIdx.x) < total_items ? int(blockIdx.x) : dynamic ? item_at_stage() : total_items;
@@ -731,6 +822,11 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     const int tt = item.tt;
     const int nb = item.nbt * WG + wg;
     const int m_valid = min(BN, cnt[e] - tt * BN);
+#if MOESERVE_W4A8_PROBE & 64
+    check_w = p.w + size_t(e) * p.expert_bytes + size_t(nb) * NG * pack::kChunkBytes;
+    check_row0 = row_start[e] + tt * BN;
+    check_item = it;
+#endif
     // The tile's first row as row_start[e] + tt * BN, here and in the epilogue, not item.row0: with item.row0
     // ptxas 13.0 serialized bn128_wg2_g1_s4_pf's wgmmas (C7511, from 9ec575b until this was found). This form gives
     // every config the SASS it had before the WorkItem helper; the ptxas.wgmma_not_serialized test guards the rest.
@@ -808,6 +904,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     const size_t row_base = size_t(row_start[e]) + size_t(tt) * BN;  // not item.row0 (above)
     const int col0 = nb * 64;
     if constexpr (BN == 8) {
+      jitter_warp(7);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int tok = 2 * t4 + h;
@@ -957,8 +1054,24 @@ const Launcher kLaunchers[] = {
 };
 constexpr int kNumConfigs = int(sizeof(kLaunchers) / sizeof(kLaunchers[0]));
 
-// Token tiles up to which every consumer thread releases a stage whatever the chain asks (the stage release, below).
-constexpr int kEveryThreadTokens = 32;
+#if MOESERVE_W4A8_PROBE & 64
+// The stage check's counts of the launch just made (the stream synchronized; nothing while it is captured), reset.
+void print_stage_check(const char* config, cudaStream_t stream) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) return;
+  unsigned long long c[6] = {};
+  if (cudaStreamSynchronize(stream) != cudaSuccess || cudaMemcpyFromSymbol(c, g_stage_check, sizeof c) != cudaSuccess)
+    return;
+  std::fprintf(stderr,
+               "[w4a8 stage check] %s: %llu groups checked; differed at the load: weights %llu, activations %llu; "
+               "at the finish: weights %llu, activations %llu; first: block %llu item %llu group %llu at %s\n",
+               config, c[0], c[1], c[2], c[3], c[4], c[5] >> 40, (c[5] >> 8) & 0xffffffffull, (c[5] >> 1) & 127,
+               (c[5] & 1) ? "finish" : "load");
+  const unsigned long long zeros[6] = {};
+  cudaMemcpyToSymbol(g_stage_check, zeros, sizeof zeros);
+}
+#endif
+
 // MOESERVE_W4A8_EVERY_THREAD_RELEASES=1: MoeW4A8Chain::every_thread_releases for every launch (sanitizer runs).
 bool every_thread_releases_everywhere() {
   static const bool on = [] {
@@ -1017,20 +1130,25 @@ cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int*
   p.rows_lo = 0;
   p.rows_hi = INT_MAX;
   p.item_counter = chain.item_counter;
-  // The stage release. Two forms: every consumer thread arrives on the stage's empty barrier, or, after __syncwarp,
-  // lane 0 for its warp (the mbarrier arrive releasing what __syncwarp ordered before it). compute-sanitizer's
-  // racecheck reports WAR hazards on the lane-0 form (a consumer's lds128 of a stage's weights against the producer's
-  // next bulk copy into it) and none on the other; and under initcheck's timing the 8-token configs gave wrong
-  // outputs in the lane-0 form in two of four runs of a test, none in the other form (moe-w4a8.md, fifty-seventh
-  // section; never outside the tools). So tiles of up to kEveryThreadTokens tokens (the decode configs, where the
-  // 128 arrivals a stage per warpgroup measured level: geomean 1.002 over decode 1-256 tokens, fifty-sixth section)
-  // always take the every-thread form. Wider tiles keep lane 0 unless MoeW4A8Chain::every_thread_releases or
-  // MOESERVE_W4A8_EVERY_THREAD_RELEASES=1 asks: there every thread arriving made V4-Pro at 4K prefill tokens 5-7 %
-  // slower (H100), and no tool has failed them yet.
+  // The stage release: after __syncwarp, lane 0 arrives for its warp (the mbarrier arrive releasing what __syncwarp
+  // ordered before it), or with MoeW4A8Chain::every_thread_releases (MOESERVE_W4A8_EVERY_THREAD_RELEASES=1) every
+  // consumer thread arrives. racecheck reports WAR hazards on the weights' bulk copies in the lane-0 form and none in
+  // the other (fifty-sixth section of moe-w4a8.md). Under initcheck both forms gave wrong outputs in the 8-token
+  // configs, a whole work item at a time (fifty-seventh and fifty-eighth sections; never outside the tool), so the
+  // form is not what those failures follow: lane 0 is the default everywhere (the other form made V4-Pro 4K prefill
+  // 5-7 % slower on an H100; level in decode).
   const bool every_thread = chain.every_thread_releases || every_thread_releases_everywhere();
+#if MOESERVE_W4A8_PROBE & 64
+  p.a = in.a;
+  p.rows = in.rows;
+#endif
   auto launch = [&](int cfg) {  // config cfg with its release form
-    p.every_thread_releases = every_thread || kLaunchers[cfg].info.block_tokens <= kEveryThreadTokens ? 1 : 0;
-    return kLaunchers[cfg].launch(p, in, stream);
+    p.every_thread_releases = every_thread ? 1 : 0;
+    const cudaError_t err = kLaunchers[cfg].launch(p, in, stream);
+#if MOESERVE_W4A8_PROBE & 64
+    print_stage_check(kLaunchers[cfg].info.name, stream);
+#endif
+    return err;
   };
   if (split.config < 0) return launch(config);
   // The loaded experts first (few, long work items), then the many short items of the rest, which fill the tail.
