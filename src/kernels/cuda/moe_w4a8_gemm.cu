@@ -1137,13 +1137,12 @@ cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int*
   // configs, a whole work item at a time (fifty-seventh and fifty-eighth sections; never outside the tool), so the
   // form is not what those failures follow: lane 0 is the default everywhere (the other form made V4-Pro 4K prefill
   // 5-7 % slower on an H100; level in decode).
-  const bool every_thread = chain.every_thread_releases || every_thread_releases_everywhere();
+  p.every_thread_releases = chain.every_thread_releases || every_thread_releases_everywhere() ? 1 : 0;
 #if MOESERVE_W4A8_PROBE & 64
   p.a = in.a;
   p.rows = in.rows;
 #endif
-  auto launch = [&](int cfg) {  // config cfg with its release form
-    p.every_thread_releases = every_thread ? 1 : 0;
+  auto launch = [&](int cfg) {  // (and, in the stage-check probe build, print its counts)
     const cudaError_t err = kLaunchers[cfg].launch(p, in, stream);
 #if MOESERVE_W4A8_PROBE & 64
     print_stage_check(kLaunchers[cfg].info.name, stream);
