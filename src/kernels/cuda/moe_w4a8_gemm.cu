@@ -103,17 +103,6 @@ __device__ __forceinline__ void jitter(uint32_t salt) {
     (void)salt;
   }
 }
-// Bit 64 keeps the outputs right as well: each consumer thread compares its part of every group's weight chunk and
-// activation tile in shared memory with their global source, when the group is loaded and again when its wgmmas are
-// done (before the stage's release), and counts the differences in g_stage_check, which run_gemm prints after each
-// launch (test_gpu_p64; moe-w4a8.md, fifty-eighth session): a stage read before its bytes landed differs at the
-// load, one overwritten while in use differs at the finish.
-#if MOESERVE_W4A8_PROBE & 64
-// [0] groups checked (per thread), [1] weights / [2] activations that differed at the load, [3] / [4] at the finish,
-// [5] the first difference: block << 40 | item << 8 | group << 1 | at finish.
-__device__ unsigned long long g_stage_check[6];
-#endif
-
 // A consumer warp's jitter, reconverged (the next instructions may be .aligned).
 __device__ __forceinline__ void jitter_warp(uint32_t salt) {
   if constexpr (kJitter) {
@@ -121,6 +110,18 @@ __device__ __forceinline__ void jitter_warp(uint32_t salt) {
     __syncwarp();
   }
 }
+
+// Bit 64 keeps the outputs right as well: each consumer thread compares its part of every group's weight chunk and
+// activation tile in shared memory with their global source, when the group is loaded and again when its wgmmas are
+// done (before the stage's release), and counts the differences in g_stage_check, which run_gemm prints after each
+// launch (test_gpu_p64; moe-w4a8.md, fifty-eighth session): a stage read before its bytes landed differs at the
+// load, one overwritten while in use differs at the finish.
+#if MOESERVE_W4A8_PROBE & 64
+// [0] checks made (one per warpgroup, group and check point), [1] weights / [2] activations: threads that found a
+// difference at the load, [3] / [4] at the finish, [5] the first difference: block << 40 | item << 8 | group << 1 |
+// at finish.
+__device__ unsigned long long g_stage_check[6];
+#endif
 
 using namespace hopper;
 
@@ -1063,7 +1064,7 @@ void print_stage_check(const char* config, cudaStream_t stream) {
   if (cudaStreamSynchronize(stream) != cudaSuccess || cudaMemcpyFromSymbol(c, g_stage_check, sizeof c) != cudaSuccess)
     return;
   std::fprintf(stderr,
-               "[w4a8 stage check] %s: %llu groups checked; differed at the load: weights %llu, activations %llu; "
+               "[w4a8 stage check] %s: %llu checks; threads that found a difference at the load: weights %llu, activations %llu; "
                "at the finish: weights %llu, activations %llu; first: block %llu item %llu group %llu at %s\n",
                config, c[0], c[1], c[2], c[3], c[4], c[5] >> 40, (c[5] >> 8) & 0xffffffffull, (c[5] >> 1) & 127,
                (c[5] & 1) ? "finish" : "load");
