@@ -591,6 +591,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   }
 
   const uint32_t stages_addr = smem_addr(stages);
+  const uint32_t runtime_zero = uint32_t(p.E) >> 30;  // 0 (E <= kMaxExperts), unknown to the compiler
   // Shared address of this warpgroup's packed chunk of a group.
   auto chunk_addr = [&](const GroupRegs& gr) {
     return stages_addr + gr.stage * C::kStageBytes + C::kActBytes + C::kSaBytes + (wg * G + gr.gin) * pack::kChunkBytes;
@@ -703,12 +704,14 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   // 32 i and 32 i + 4. Written as sa + 4 (8 i + 2 t4), it was folded to sa + (8 t4 | 32 i), two integer ops per
   // column pair (an OR and an add per i, 32 per group) that the loads' offsets can absorb.
   // h: the sub-tile (tokens h SUB ..), a constant at every call site; w: its width (SUB, or less for a tile's last).
-  auto promote_scaled = [&](uint32_t sa, float s0, float s1, int h, auto w) {
+  // Returns the bits of what it loaded from the stage OR-ed together, for the stage's release (mbar_arrive_after).
+  auto promote_scaled = [&](uint32_t sa, float s0, float s1, int h, auto w) -> uint32_t {
     constexpr int W = decltype(w)::value;
     if constexpr ((kProbe & 1) != 0) {
       probe_sink += __float_as_uint(tmp[0]);
-      return;
+      return 0u;
     }
+    uint32_t loaded = __float_as_uint(s0) | __float_as_uint(s1);
     float* a = acc + h * (SUB / 2);
     if constexpr (C::kFragSa) {  // sa: the group's fragment-order scales
       static_assert(W % 16 == 0, "whole quads of scales");
@@ -718,6 +721,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
         const uint4 q = (kProbe & 8) != 0 ? make_uint4(__float_as_uint(probe_one), __float_as_uint(probe_one),
                                                        __float_as_uint(probe_one), __float_as_uint(probe_one))
                                           : lds128(st + 16 * i2);
+        loaded |= q.x;  // one register of the load is enough: its four arrive together
         const float sc[4] = {__uint_as_float(q.x), __uint_as_float(q.y), __uint_as_float(q.z), __uint_as_float(q.w)};
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
@@ -728,20 +732,23 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
           a[4 * i + 3] = fmaf(tmp[4 * i + 3], s1 * sc[2 * k + 1], a[4 * i + 3]);
         }
       }
-      return;
+      return loaded;
     }
     const uint32_t st = opaque_u32(sa + 4 * h * SUB + 8 * t4);
 #pragma unroll
     for (int i = 0; i < W / 8; ++i) {
       const float2 sc = (kProbe & 8) != 0 ? make_float2(probe_one, probe_one)
                                            : make_float2(lds_f32(st + 32 * i), lds_f32(st + 32 * i + 4));
+      loaded |= __float_as_uint(sc.x) | __float_as_uint(sc.y);
       a[4 * i + 0] = fmaf(tmp[4 * i + 0], s0 * sc.x, a[4 * i + 0]);
       a[4 * i + 1] = fmaf(tmp[4 * i + 1], s0 * sc.y, a[4 * i + 1]);
       a[4 * i + 2] = fmaf(tmp[4 * i + 2], s1 * sc.x, a[4 * i + 2]);
       a[4 * i + 3] = fmaf(tmp[4 * i + 3], s1 * sc.y, a[4 * i + 3]);
     }
+    return loaded;
   };
-  auto promote = [&](uint32_t sa, int h, auto w) { promote_scaled(sa, 1.0f, 1.0f, h, w); };
+  auto promote = [&](uint32_t sa, int h, auto w) { return promote_scaled(sa, 1.0f, 1.0f, h, w); };
+  uint32_t wide_loaded = 0;  // a wide group's promotions (in issue_group): what they loaded, for the release
 
   // Issue the group's MMAs. Fast groups: 4 async wgmmas (caller waits and promotes). Wide groups: each
   // 32-block on its own (converted again, a k-step at a time), waited and promoted here.
@@ -785,7 +792,8 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
         }
         fence_operands(tmp);
         const uint32_t scales = chunk_addr(gr) + pack::kChunkWeightBytes + j;
-        promote_scaled(sa_ptr(gr), pow2_rel(lds_u8(scales + 4 * r0)), pow2_rel(lds_u8(scales + 4 * (r0 + 8))), h, w);
+        wide_loaded |=
+            promote_scaled(sa_ptr(gr), pow2_rel(lds_u8(scales + 4 * r0)), pow2_rel(lds_u8(scales + 4 * (r0 + 8))), h, w);
       }
     }
   };
@@ -794,14 +802,25 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     constexpr bool kMayWide = decltype(may_wide)::value;
     wgmma_wait_all();
     fence_operands(tmp);
-    if (!kMayWide || !gr.wide) promote(sa_ptr(gr), h, w);
+    uint32_t loaded = 0;  // what this group's promotion read from the stage
+    if (!kMayWide || !gr.wide) {
+      loaded = promote(sa_ptr(gr), h, w);
+    } else {
+      loaded = wide_loaded;
+      wide_loaded = 0;
+    }
 #if MOESERVE_W4A8_PROBE & 64
     stage_check(gr.stage, gr.gin, gr.gi, 1);
 #endif
     if (last_sub && gr.gin == G - 1) {  // the stage's last group: activations, scales and weights all read
       jitter_warp(5);
+      // The release waits for the warp's loads of the scales: the wgmmas' reads and the weights' (their fragments fed
+      // the wgmmas) are complete after wgmma_wait_all, but ptxas issued the arrive between the promotion's scale
+      // loads and the FFMAs that use them, and under compute-sanitizer initcheck on H100s a warp then read the next
+      // chunk's token scales (moe-w4a8.md, fifty-ninth session).
       __syncwarp();
-      if (lane == 0 || p.every_thread_releases) mbar_arrive(&empty_bar[rel_stage]);
+      const uint32_t warp_loaded = __reduce_or_sync(0xffffffffu, loaded);
+      if (lane == 0 || p.every_thread_releases) mbar_arrive_after(&empty_bar[rel_stage], warp_loaded, runtime_zero);
       __syncwarp();
       if (++rel_stage == S) rel_stage = 0;
     }
@@ -1134,10 +1153,10 @@ cudaError_t run_gemm(const MoeW4A8Weights& w, const MoeW4A8Input& in, const int*
   // The stage release: after __syncwarp, lane 0 arrives for its warp (the mbarrier arrive releasing what __syncwarp
   // ordered before it), or with MoeW4A8Chain::every_thread_releases (MOESERVE_W4A8_EVERY_THREAD_RELEASES=1) every
   // consumer thread arrives. racecheck reports WAR hazards on the weights' bulk copies in the lane-0 form and none in
-  // the other (fifty-sixth section of moe-w4a8.md). Under initcheck both forms gave wrong outputs in the 8-token
-  // configs, a whole work item at a time (fifty-seventh and fifty-eighth sections; never outside the tool), so the
-  // form is not what those failures follow: lane 0 is the default everywhere (the other form made V4-Pro 4K prefill
-  // 5-7 % slower on an H100; level in decode).
+  // the other (fifty-sixth section of moe-w4a8.md). The wrong outputs initcheck gave in the 8-token configs in both
+  // forms came from the scale loads the arrive did not wait for (fixed by mbar_arrive_after; fifty-ninth section),
+  // not from the form: lane 0 is the default everywhere (the other form made V4-Pro 4K prefill 5-7 % slower on an
+  // H100; level in decode).
   p.every_thread_releases = chain.every_thread_releases || every_thread_releases_everywhere() ? 1 : 0;
 #if MOESERVE_W4A8_PROBE & 64
   p.a = in.a;

@@ -248,6 +248,14 @@ std::vector<Bound> gemm_bounds(const Experts& x, const std::vector<uint8_t>& a, 
   return out;
 }
 
+// The expert owning output row `row` and the row's place in it (cap > 0: masked layout).
+std::pair<int64_t, int64_t> expert_of_row(const std::vector<int>& counts, int cap, int64_t row) {
+  if (cap > 0) return {row / cap, row % cap};
+  int64_t e = 0, m = row;
+  while (e < int64_t(counts.size()) && m >= counts[e]) m -= counts[e++];
+  return {e, m};
+}
+
 // Where wrong outputs lie, for telling a pipeline fault (a whole work item: BN tokens x 64 WG rows) from a
 // thread's (its rows r0 and r0 + 8 of two tokens): each (row, 64-column block) with bad columns, its expert and
 // place in the expert, and the bad columns as a mask (bit c: column 64 b + c).
@@ -257,15 +265,54 @@ void print_bad_blocks(const char* name, const std::string& label, const std::vec
   int shown = 0;
   for (const auto& [at, mask] : bad_blocks) {
     if (shown++ == 16) break;
-    int64_t e = 0, m = at.first;
-    if (cap > 0) {
-      e = at.first / cap;
-      m = at.first % cap;
-    } else {
-      while (e < int64_t(counts.size()) && m >= counts[e]) m -= counts[e++];
-    }
+    const auto [e, m] = expert_of_row(counts, cap, at.first);
     std::printf("[%s]   row %lld (expert %lld, its row %lld) block %d: columns %016llx\n", name,
                 (long long)at.first, (long long)e, (long long)m, at.second, (unsigned long long)mask);
+  }
+}
+
+// Which K group a bad block's errors follow, warp by warp (the 16 columns a consumer warp computes): the group g and
+// factor f that best fit err = f * (group g's share of the exact value), and how much of the error is left. A group
+// whose token scales a warp read from the stage's next chunk fits with f = 2^j - 1 and nothing left (the fifty-ninth
+// session's initcheck failures, moe-w4a8.md); a fault of another kind fits no single group.
+void explain_bad_block(const char* name, const Experts& x, const std::vector<uint8_t>& a, const std::vector<float>& sa,
+                       int sa_ld, int64_t row, int e, int block, uint64_t mask, const std::vector<double>& err) {
+  const int K = x.K, NG = K / 128;
+  for (int w = 0; w < 4; ++w) {
+    if (((mask >> (16 * w)) & 0xffff) == 0) continue;
+    std::vector<double> share(size_t(NG) * 16, 0.0);  // [g][c]
+    for (int c = 0; c < 16; ++c) {
+      const size_t n = size_t(block) * 64 + 16 * w + c;
+      for (int k = 0; k < K; ++k) {
+        const uint8_t nib = (x.w[(size_t(e) * x.N + n) * (K / 2) + k / 2] >> ((k & 1) * 4)) & 0xf;
+        share[size_t(k / 128) * 16 + c] += double(fp8_e4m3_to_f32(a[size_t(row) * K + ref::moe_w4a8_act_pos(k)])) *
+                                           sa[size_t(k / 128) * sa_ld + row] * fp4_e2m1_to_f32(nib) *
+                                           e8m0_to_f32(x.sw[(size_t(e) * x.N + n) * (K / 32) + k / 32]);
+      }
+    }
+    double err2 = 0;
+    for (int c = 0; c < 16; ++c) err2 += err[16 * w + c] * err[16 * w + c];
+    int best = -1;
+    double best_f = 0, best_left = 2;
+    for (int g = 0; g < NG; ++g) {
+      double num = 0, den = 0;
+      for (int c = 0; c < 16; ++c) {
+        num += err[16 * w + c] * share[size_t(g) * 16 + c];
+        den += share[size_t(g) * 16 + c] * share[size_t(g) * 16 + c];
+      }
+      if (den == 0) continue;
+      const double f = num / den;
+      double left = 0;
+      for (int c = 0; c < 16; ++c) left += std::pow(err[16 * w + c] - f * share[size_t(g) * 16 + c], 2);
+      left = err2 > 0 ? std::sqrt(left / err2) : 0;
+      if (left < best_left) {
+        best = g;
+        best_f = f;
+        best_left = left;
+      }
+    }
+    std::printf("[%s]     row %lld block %d warp %d: err = %.4f x group %d's share, %.4f of the error left\n", name,
+                (long long)row, block, w, best_f, best, best_left);
   }
 }
 
@@ -361,7 +408,20 @@ void check_gemm(const char* name, int E, int N, int K, std::vector<int> counts, 
           }
         }
       EXPECT_EQ(bad, 0);
-      if (bad > 0) print_bad_blocks(name, label, counts, masked ? cap : 0, bad_blocks);
+      if (bad > 0) {
+        print_bad_blocks(name, label, counts, masked ? cap : 0, bad_blocks);
+        int explained = 0;
+        for (const auto& [at, mask] : bad_blocks) {
+          if (explained++ == 4) break;
+          const int e = int(expert_of_row(counts, masked ? cap : 0, at.first).first);
+          std::vector<double> err(64);
+          for (int c = 0; c < 64; ++c) {
+            const size_t i = size_t(at.first) * N + size_t(at.second) * 64 + c;
+            err[c] = (f32 ? double(yg[i]) : double(bf16_to_f32(yg16[i]))) - bd[i].exact;
+          }
+          explain_bad_block(name, x, a, sa, sa_ld, at.first, e, at.second, mask, err);
+        }
+      }
       EXPECT_EQ(leaked, 0) << "rows of no expert were written";
       std::printf("[%s] %-24s %-10s %s: %lld elements checked, %lld bad, max |err|/tol %.3f\n", name, label.c_str(),
                   masked ? "masked" : "contiguous", f32 ? "f32 " : "bf16", (long long)checked, (long long)bad,
