@@ -73,14 +73,15 @@ done
 # bits 1-8 ablations, timing only, the outputs wrong, moe-w4a8.md forty-first session; bit 16 the per-CTA timeline that
 # `--timeline` prints, forty-fourth session; bit 32 random sleeps at the pipeline's hand-over points, outputs right,
 # 64 the stage check (outputs right; each group's shared-memory bytes against their source, counts printed per
-# launch), fifty-eighth session: with bits 32 and 64, test_gpu_pN too).
+# launch), fifty-eighth session; 128 the stage release after the next group's wgmma issue (outputs right), fifty-ninth
+# session: with bits 32, 64 and 128, test_gpu_pN too).
 for n in ${PROBES:-}; do
   PROBE_SAVED=$(mktemp)
   cp "$PROBE_FILE" "$PROBE_SAVED"
   sed -i "s/^#define MOESERVE_W4A8_PROBE 0$/#define MOESERVE_W4A8_PROBE $n/" "$PROBE_FILE"
   grep -q "^#define MOESERVE_W4A8_PROBE $n$" "$PROBE_FILE"
   targets=bench_gpu_moe_w4a8
-  if (( n & 96 )); then targets="$targets test_gpu"; fi
+  if (( n & 224 )); then targets="$targets test_gpu"; fi
   cmake --build "$BUILD" -j"$(nproc)" --target $targets
   for t in $targets; do cp "$BUILD/$t" ".device-bin/${t}_p$n"; done
   restore_probe

@@ -123,6 +123,13 @@ __device__ __forceinline__ void jitter_warp(uint32_t salt) {
 __device__ unsigned long long g_stage_check[6];
 #endif
 
+// Bit 128 keeps the outputs right too, and times a later stage release: a stage's last group hands the stage back after
+// the next group's wgmmas are issued (or after the item's last group) instead of right after its own promotion. The
+// release waits for the promotion's scale loads (mbar_arrive_after, fifty-ninth session); released later, the loads
+// are long done and the warp does not stall at the arrive before issuing the next wgmmas (`PROBES=128
+// scripts/device-prepare.sh` -> test_gpu_p128 and bench_gpu_moe_w4a8_p128; not yet measured).
+constexpr bool kDeferRelease = (kProbe & 128) != 0;
+
 using namespace hopper;
 
 // 2^(R - 133) for a row's reference exponent R (the epilogue's row factor: the e4m3 values carry 2^6).
@@ -750,6 +757,24 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
   auto promote = [&](uint32_t sa, int h, auto w) { return promote_scaled(sa, 1.0f, 1.0f, h, w); };
   uint32_t wide_loaded = 0;  // a wide group's promotions (in issue_group): what they loaded, for the release
 
+  // The stage release: the warp's scale loads OR-ed (lane 0 arrives for the warp), the arrive dependent on them.
+  auto arrive_release = [&](int stage, uint32_t loaded) {
+    __syncwarp();
+    const uint32_t warp_loaded = __reduce_or_sync(0xffffffffu, loaded);
+    if (lane == 0 || p.every_thread_releases) mbar_arrive_after(&empty_bar[stage], warp_loaded, runtime_zero);
+    __syncwarp();
+  };
+  int pending_stage = -1;    // kDeferRelease: the stage whose release waits for the next group's wgmma issue
+  uint32_t pending_loaded = 0;
+  auto flush_release = [&]() {
+    if constexpr (kDeferRelease) {
+      if (pending_stage >= 0) {
+        arrive_release(pending_stage, pending_loaded);
+        pending_stage = -1;
+      }
+    }
+  };
+
   // Issue the group's MMAs. Fast groups: 4 async wgmmas (caller waits and promotes). Wide groups: each
   // 32-block on its own (converted again, a k-step at a time), waited and promoted here.
   // Sub-tile h's tokens start h SUB rows of 128 bytes into the group's activation tile (whole 8-row swizzle atoms).
@@ -768,6 +793,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
         else  // the fragments stay used, so that their conversion is still done
           probe_sink ^= gr.a[ks][0] ^ gr.a[ks][1] ^ gr.a[ks][2] ^ gr.a[ks][3];
       wgmma_commit();
+      flush_release();
     } else {
       // Block j at a time: the threads holding it (t4 == j) convert with u = 12, the others give zeros (-0.0), and
       // the group's four k-steps accumulate block j alone, promoted with its 2^(e_j - R). Converted again for each
@@ -795,6 +821,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
         wide_loaded |=
             promote_scaled(sa_ptr(gr), pow2_rel(lds_u8(scales + 4 * r0)), pow2_rel(lds_u8(scales + 4 * (r0 + 8))), h, w);
       }
+      flush_release();
     }
   };
 
@@ -818,10 +845,12 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       // the wgmmas) are complete after wgmma_wait_all, but ptxas issued the arrive between the promotion's scale
       // loads and the FFMAs that use them, and under compute-sanitizer initcheck on H100s a warp then read the next
       // chunk's token scales (moe-w4a8.md, fifty-ninth session).
-      __syncwarp();
-      const uint32_t warp_loaded = __reduce_or_sync(0xffffffffu, loaded);
-      if (lane == 0 || p.every_thread_releases) mbar_arrive_after(&empty_bar[rel_stage], warp_loaded, runtime_zero);
-      __syncwarp();
+      if constexpr (kDeferRelease) {
+        pending_stage = rel_stage;
+        pending_loaded = loaded;
+      } else {
+        arrive_release(rel_stage, loaded);
+      }
       if (++rel_stage == S) rel_stage = 0;
     }
   };
@@ -916,6 +945,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       }
     });
 
+    flush_release();  // the item's last stage
     if (kTimeline && threadIdx.x == 0) timeline_mark(kTlLoopDone);
     // Epilogue: the rows' 2^(R - 133) (exact). Eight token columns: each thread stores its own values (rows r0 and
     // r0 + 8 of tokens 2 t4 and 2 t4 + 1, 32-byte runs per token across a warp). Wider tiles: stage the 64 x BN
