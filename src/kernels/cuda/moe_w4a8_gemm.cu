@@ -606,18 +606,18 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
 #if MOESERVE_W4A8_PROBE & 64
   const uint8_t* check_w = nullptr;  // the current item's first weight chunk of this warpgroup's rows
   int check_row0 = 0, check_item = 0;
-  // This thread's part of group gi's weight chunk and activation tile (128-byte swizzle: 16-byte unit j of row r at
-  // unit j ^ (r % 8)) against their global source; rows past the activations are the TMA's zero fill.
-  auto stage_check = [&](uint32_t stage, uint32_t gin, int gi, int at_finish) {
-    const uint32_t chunk =
-        stages_addr + stage * C::kStageBytes + C::kActBytes + C::kSaBytes + (wg * G + gin) * pack::kChunkBytes;
+  // This thread's part of group gr.gi's weight chunk and activation tile (128-byte swizzle: 16-byte unit j of row r
+  // at unit j ^ (r % 8)) against their global source; rows past the activations are the TMA's zero fill.
+  auto stage_check = [&](const GroupRegs& gr, int at_finish) {
+    const int gi = gr.gi;
+    const uint32_t chunk = chunk_addr(gr);
     const uint8_t* src = check_w + size_t(gi) * pack::kChunkBytes;
     bool w_bad = false, a_bad = false;
     for (int o = tid * 16; o < int(pack::kChunkBytes); o += 128 * 16) {
       const uint4 q = lds128(chunk + o), g = __ldcg(reinterpret_cast<const uint4*>(src + o));
       w_bad |= q.x != g.x || q.y != g.y || q.z != g.z || q.w != g.w;
     }
-    const uint32_t act = stages_addr + stage * C::kStageBytes + gin * BN * 128;
+    const uint32_t act = stages_addr + gr.stage * C::kStageBytes + gr.gin * BN * 128;
     for (int u = tid; u < BN * 8; u += 128) {
       const int r = u / 8, j = u % 8;
       const uint4 q = lds128(act + r * 128 + ((j ^ (r & 7)) * 16));
@@ -678,7 +678,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
     gr.gin = gin;
 #if MOESERVE_W4A8_PROBE & 64
     gr.gi = gi;
-    stage_check(ld_stage, gin, gi, 0);
+    stage_check(gr, 0);
 #endif
     gr.wide = kMayWide && (((gi < 64 ? flags_lo : flags_row[gi >> 6]) >> (gi & 63)) & 1);
     const uint32_t chunk = chunk_addr(gr);
@@ -837,7 +837,7 @@ __global__ void __launch_bounds__(C::kThreads, C::MINB)
       wide_loaded = 0;
     }
 #if MOESERVE_W4A8_PROBE & 64
-    stage_check(gr.stage, gr.gin, gr.gi, 1);
+    stage_check(gr, 1);
 #endif
     if (last_sub && gr.gin == G - 1) {  // the stage's last group: activations, scales and weights all read
       jitter_warp(5);

@@ -159,6 +159,18 @@ void quantize_rows(std::mt19937& rng, int rows, int K, std::vector<uint8_t>& a, 
   }
 }
 
+// Activation k of `row` as the kernel reads it: its e4m3 byte (stored in the activation channel order) times the
+// group's token scale.
+float act_value(const std::vector<uint8_t>& a, const std::vector<float>& sa, int sa_ld, int K, int64_t row, int k) {
+  return fp8_e4m3_to_f32(a[size_t(row) * K + ref::moe_w4a8_act_pos(k)]) * sa[size_t(k / 128) * sa_ld + row];
+}
+// Weight (n, k) of expert e: its e2m1 nibble times its 32-block's e8m0 scale.
+float weight_value(const Experts& x, int e, int64_t n, int k) {
+  const int K = x.K;
+  const uint8_t nib = (x.w[(size_t(e) * x.N + n) * (K / 2) + k / 2] >> ((k & 1) * 4)) & 0xf;
+  return fp4_e2m1_to_f32(nib) * e8m0_to_f32(x.sw[(size_t(e) * x.N + n) * (K / 32) + k / 32]);
+}
+
 // Exact value (double) and the tolerance of GPU-vs-reference for one output element; see the file comment.
 struct Bound {
   double exact, tol;
@@ -177,16 +189,11 @@ std::vector<Bound> gemm_bounds(const Experts& x, const std::vector<uint8_t>& a, 
     if (m_count == 0) continue;
     as.assign(size_t(m_count) * K, 0);
     for (int m = 0; m < m_count; ++m)
-      for (int k = 0; k < K; ++k)
-        as[size_t(m) * K + k] =
-            fp8_e4m3_to_f32(a[(start + m) * K + ref::moe_w4a8_act_pos(k)]) * sa[size_t(k / 128) * sa_ld + start + m];
+      for (int k = 0; k < K; ++k) as[size_t(m) * K + k] = act_value(a, sa, sa_ld, K, start + m, k);
     ws.assign(size_t(N) * K, 0);
     parallel_for(N, 64, [&](int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n)
-        for (int k = 0; k < K; ++k) {
-          uint8_t nib = (x.w[(size_t(e) * N + n) * (K / 2) + k / 2] >> ((k & 1) * 4)) & 0xf;
-          ws[size_t(n) * K + k] = fp4_e2m1_to_f32(nib) * e8m0_to_f32(x.sw[(size_t(e) * N + n) * (K / 32) + k / 32]);
-        }
+        for (int k = 0; k < K; ++k) ws[size_t(n) * K + k] = weight_value(x, e, n, k);
     });
     const double t13 = std::ldexp(1.0, -13), u24 = std::ldexp(1.0, -24), u8 = std::ldexp(1.0, -8);
     parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
@@ -283,12 +290,8 @@ void explain_bad_block(const char* name, const Experts& x, const std::vector<uin
     std::vector<double> share(size_t(NG) * 16, 0.0);  // [g][c]
     for (int c = 0; c < 16; ++c) {
       const size_t n = size_t(block) * 64 + 16 * w + c;
-      for (int k = 0; k < K; ++k) {
-        const uint8_t nib = (x.w[(size_t(e) * x.N + n) * (K / 2) + k / 2] >> ((k & 1) * 4)) & 0xf;
-        share[size_t(k / 128) * 16 + c] += double(fp8_e4m3_to_f32(a[size_t(row) * K + ref::moe_w4a8_act_pos(k)])) *
-                                           sa[size_t(k / 128) * sa_ld + row] * fp4_e2m1_to_f32(nib) *
-                                           e8m0_to_f32(x.sw[(size_t(e) * x.N + n) * (K / 32) + k / 32]);
-      }
+      for (int k = 0; k < K; ++k)
+        share[size_t(k / 128) * 16 + c] += double(act_value(a, sa, sa_ld, K, row, k)) * weight_value(x, e, n, k);
     }
     double err2 = 0;
     for (int c = 0; c < 16; ++c) err2 += err[16 * w + c] * err[16 * w + c];
