@@ -25,6 +25,19 @@ else
   echo "build: $(( $(date +%s) - start )) s"
 fi
 rows=()
+# The card's own ceilings, measured as shared/reference/h200.md measured the H200's. When bench/ceilings.json has no
+# entry for this card, the benchmarks (and the torch peers) use this measurement: MOESERVE_CEILINGS names it.
+if python3 -c "import torch" 2>/dev/null; then
+  timeout 120 python3 tools/measure_ceilings.py --json "$OUT/ceilings_measured.json" >"$OUT/measure_ceilings.log" 2>&1
+  rc=$?
+  rows+=("measure_ceilings|rc=$rc|$(tail -1 "$OUT/measure_ceilings.log" | cut -c19-140)")
+  gpu_name=$(head -2 "$OUT/gpu.txt" | tail -1 | cut -d, -f1)
+  if [ $rc = 0 ] && ! python3 -c "import sys; sys.path.insert(0, 'tools'); import gpu_ceilings as g; \
+                                  sys.exit(0 if g.ceilings_for(sys.argv[1])['matched'] else 1)" "$gpu_name"; then
+    export MOESERVE_CEILINGS="$OUT/ceilings_measured.json"
+    rows+=("  (no bench/ceilings.json entry||the percentages below use this run's measurement)")
+  fi
+fi
 if [ -x $BIN/test_gpu ]; then
   $BIN/test_gpu --gtest_brief=1 >"$OUT/test_gpu.log" 2>&1
   rc=$?

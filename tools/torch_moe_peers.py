@@ -34,7 +34,9 @@ import time
 
 import torch
 
-HBM_BPS = 4.28e12  # H200 copy bandwidth (docs/benchmarks/moe-w4a8.md)
+from gpu_ceilings import ceilings_for, describe
+
+HBM_BPS = 4.28e12  # bytes/s: the running GPU's copy bandwidth (bench/ceilings.json), set in main
 TOPK = 6
 SEED = 20261129
 SHAPES = [  # name, E, N, K
@@ -221,6 +223,10 @@ def main():
         return 0
     dev = torch.device("cuda")
     prop = torch.cuda.get_device_properties(dev)
+    global HBM_BPS
+    roofs = ceilings_for(prop.name)
+    HBM_BPS = roofs["copy_tbs"] * 1e12
+    print(f"# {describe(roofs)}", flush=True)
     print(f"# torch {torch.__version__} cuda {torch.version.cuda} on {prop.name} (sm_{prop.major}{prop.minor}, "
           f"{prop.total_memory / 2**30:.0f} GiB)", flush=True)
     for l in probe_lines:

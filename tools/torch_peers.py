@@ -8,7 +8,9 @@ import time
 
 import torch
 
-BW = 4.28e12
+from gpu_ceilings import ceilings_for, describe
+
+BW = 4.28e12  # bytes/s: the running GPU's copy bandwidth (bench/ceilings.json), set in main
 
 
 def bench(fn, reps=50):
@@ -66,7 +68,11 @@ def sampling_peers(dev):
 
 
 def main():
+    global BW
     dev = torch.device("cuda")
+    roofs = ceilings_for(torch.cuda.get_device_name(dev))
+    BW = roofs["copy_tbs"] * 1e12
+    print(f"# {describe(roofs)}", flush=True)
     for name, n, k in [("wq_b", 32768, 1024), ("wo_b", 4096, 8192), ("shared w13", 4096, 4096), ("head", 129280, 4096)]:
         ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) for _ in range(max(2, (256 << 20) // (n * k * 2) + 1))]
         for m in (1, 8, 32, 4096 if name != "head" else 64):

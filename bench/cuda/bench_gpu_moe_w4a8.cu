@@ -32,8 +32,9 @@
 //                  one to finish before it reads its counts.
 //
 // Decode (1..256 tokens, masked layout, cap = tokens): achieved weight-read bandwidth = bytes of the touched
-// experts' FP4 weights and E8M0 scales / time, against 4.28 TB/s. Prefill (4K..32K tokens, contiguous layout):
-// FP8 TFLOP/s = 2 * tokens * 6 * N * K / time, against 1418. Timing: CUDA events around graph replays, warm-up,
+// experts' FP4 weights and E8M0 scales / time, against the GPU's copy bandwidth (bench/ceilings.json; the H200's 4.28
+// TB/s). Prefill (4K..32K tokens, contiguous layout): FP8 TFLOP/s = 2 * tokens * 6 * N * K / time, against its fp8
+// GEMM peak (the H200's 1418). Timing: CUDA events around graph replays, warm-up,
 // median of repeats; decode rotates 8 routings so the touched experts change between launches (the weights of
 // the rotated sets exceed the 60 MB L2), prefill inputs exceed L2 by themselves.
 // The peer reads FP8 weights, 2x the MXFP4 bytes (plus fp32 128x128 block scales instead of E8M0 1x32 ones): its
@@ -82,7 +83,6 @@ namespace {
 using namespace moeserve;
 namespace pack = moeserve::kernels::cpu;
 
-constexpr double kCopyTBs = 4.28, kFp8Tflops = 1418.0;
 constexpr int kTopk = 6;
 
 #define CK(x)                                                                                   \
@@ -494,7 +494,8 @@ int main(int argc, char** argv) {
   const std::string gpu = cuda::device_info().name;
   std::printf("GPU: %s, %d SMs, L2 %zu MB\n", gpu.c_str(), cuda::device_info().multiprocessors,
               cuda::device_info().l2_bytes >> 20);
-  bench::note_ceilings_gpu(gpu);
+  const auto& roofs = bench::gpu_ceilings(gpu);
+  const double copy_tbs = roofs.copy_bytes_per_s / 1e12, fp8_tflops = roofs.fp8_flops_per_s / 1e12;
   const bool sweep = !tune_file.empty() && !peer_only;
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -739,7 +740,7 @@ int main(int argc, char** argv) {
           res.peer_ms = peer;
           const double bytes = touched * expert_bytes, peer_bytes = touched * peer_expert_bytes;
           const double flops = 2.0 * T * kTopk * double(N) * K;  // useful FLOPs (the peer's padded rows not counted)
-          const double work = decode ? bytes : flops, ceiling = decode ? kCopyTBs : kFp8Tflops;
+          const double work = decode ? bytes : flops, ceiling = decode ? copy_tbs : fp8_tflops;
           if (!peer_only) {
             res.metric_best = work / (res.best_ms * 1e-3) / 1e12;
             res.metric_pick = work / (res.pick_ms * 1e-3) / 1e12;
@@ -896,13 +897,14 @@ int main(int argc, char** argv) {
     return std::string(b);
   };
   if (peer_only)
-    std::printf("moe_w4a8 --peer-only: cublasLt-fp8 decode best %.0f%% of 4.28TB/s (%s), prefill best %.0f%% of "
-                "1418TF (%s)\n",
-                100 * dec_best, dec_at.c_str(), 100 * pre_best, pre_at.c_str());
+    std::printf("moe_w4a8 --peer-only: cublasLt-fp8 decode best %.0f%% of %.2fTB/s (%s), prefill best %.0f%% of "
+                "%.0fTF (%s)\n",
+                100 * dec_best, copy_tbs, dec_at.c_str(), 100 * pre_best, fp8_tflops, pre_at.c_str());
   else
-    std::printf("moe_w4a8%s: decode best %.0f%% of 4.28TB/s (%s, w4a8/cublasLt-fp8 time %s), prefill best %.0f%% of "
-                "1418TF (%s, w4a8/cublasLt-fp8 time %s)\n",
-                settled ? " --settled" : "", 100 * dec_best, dec_at.c_str(), ratio_str(dec_ratio).c_str(), 100 * pre_best, pre_at.c_str(),
+    std::printf("moe_w4a8%s: decode best %.0f%% of %.2fTB/s (%s, w4a8/cublasLt-fp8 time %s), prefill best %.0f%% of "
+                "%.0fTF (%s, w4a8/cublasLt-fp8 time %s)\n",
+                settled ? " --settled" : "", 100 * dec_best, copy_tbs, dec_at.c_str(), ratio_str(dec_ratio).c_str(),
+                100 * pre_best, fp8_tflops, pre_at.c_str(),
                 ratio_str(pre_ratio).c_str());
   return 0;
 }

@@ -1,7 +1,7 @@
 // bench_gpu_ops: every CUDA op of the forward at V4-Flash / V4-Pro decode shapes (1-64 tokens) and prefill shapes
 // (4K-32K tokens), and the V4-Flash decode step per layer at batch 1, 8, 32 — time, bytes, FLOPs, and
-// achieved / roofline against the H200 ceilings of shared/reference/h200.md (4.28 TB/s copy bandwidth,
-// 784 TFLOP/s bf16 and 1418 TFLOP/s fp8 dense; fp32 SIMT ~60 TFLOP/s for the fp32 kernels).
+// achieved / roofline against the running GPU's measured ceilings (bench/ceilings.json: copy bandwidth, bf16 and fp8
+// dense GEMM peaks, and fp32 SIMT for the fp32 kernels; the H200's are shared/reference/h200.md's).
 // Timing: each op's launches captured in a CUDA graph, replayed, cudaEvent time / launches; weights rotate over
 // copies larger than the L2 so that decode-shape reads come from HBM. Usage: bench_gpu_ops [filter-substring]
 // (sections: linear, chain, attention, indexer, small, moe, layer, prefill, fixture).
@@ -34,7 +34,9 @@ using namespace moeserve;
 
 namespace {
 
-constexpr double kBw = 4.28e12, kBf16 = 784e12, kFp8 = 1418e12, kFp32 = 60e12;
+// The running GPU's ceilings in bytes/s and FLOP/s (bench/ceilings.json; the H200's: 4.28 TB/s copy, 784 bf16, 1418
+// fp8, ~60 fp32 SIMT TFLOP/s), set first thing in main.
+double roof_bw = 0, roof_bf16 = 0, roof_fp8 = 0, roof_fp32 = 0;
 std::string filter;
 // MOESERVE_BENCH_SHAPE=SUBSTRING: the linear section runs only the shapes containing it (scripts/device-profile.sh
 // linear:SHAPE traces them with nsys).
@@ -53,7 +55,7 @@ double time_us(const std::function<void(int)>& fn, int reps = 20) {
 
 void report(const std::string& op, const std::string& shape, double us, double bytes, double flops, double peak,
             bool decode) {
-  const double roof = std::max(bytes / kBw, flops / peak) * 1e6;
+  const double roof = std::max(bytes / roof_bw, flops / peak) * 1e6;
   const double pct = 100.0 * roof / us;
   std::printf("| %-28s | %-34s | %9.2f | %9.3f | %9.3f | %8.1f | %7.2f | %8.2f | %5.1f%% |\n", op.c_str(), shape.c_str(), us,
               bytes / 1e6, flops / 1e9, bytes / us / 1e3, flops / us / 1e6, roof, pct);
@@ -125,20 +127,20 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
         return t;
       };
       report(fp8 ? "gemv fp8 (exact fp32 act)" : "gemv bf16 (exact fp32 act)", shape, time_gemv(cuda::gemv, false),
-             bytes, flops, kFp32, true);
+             bytes, flops, roof_fp32, true);
       if (fp8 && M == 1)
-        report("gemv fp8 act8 (checkpoint)", shape, time_gemv(cuda::gemv, true), bytes, flops, kFp32, false);
+        report("gemv fp8 act8 (checkpoint)", shape, time_gemv(cuda::gemv, true), bytes, flops, roof_fp32, false);
       if (cuda::gemv_stream_fits(a))  // the streaming kernel called directly (gemv() routes wide weights to it)
         report(fp8 ? "gemv_stream fp8 (direct)" : "gemv_stream bf16 (direct)", shape, time_gemv(cuda::gemv_stream, false),
-               bytes, flops, kFp32, false);
+               bytes, flops, roof_fp32, false);
       if (cuda::gemv_small_rows_per_block(a) > 0) {  // the one-batch kernel called directly (gemv() routes some)
         report(fp8 ? "gemv_small fp8 (direct)" : "gemv_small bf16 (direct)", shape, time_gemv(cuda::gemv_small, false),
-               bytes, flops, kFp32, false);
-        if (fp8) report("gemv_small fp8 act8 (direct)", shape, time_gemv(cuda::gemv_small, true), bytes, flops, kFp32, false);
+               bytes, flops, roof_fp32, false);
+        if (fp8) report("gemv_small fp8 act8 (direct)", shape, time_gemv(cuda::gemv_small, true), bytes, flops, roof_fp32, false);
       }
       if (cuda::gemv_small_tc_rows_per_block(a) > 0) {  // its FP8 rows on tensor cores (MOESERVE_GEMV_TC=1 routes)
-        report("gemv_small tc fp8 (direct)", shape, time_gemv(cuda::gemv_small_tc, false), bytes, flops, kFp32, false);
-        report("gemv_small tc fp8 act8 (direct)", shape, time_gemv(cuda::gemv_small_tc, true), bytes, flops, kFp32,
+        report("gemv_small tc fp8 (direct)", shape, time_gemv(cuda::gemv_small_tc, false), bytes, flops, roof_fp32, false);
+        report("gemv_small tc fp8 act8 (direct)", shape, time_gemv(cuda::gemv_small_tc, true), bytes, flops, roof_fp32,
                false);
       }
     }
@@ -156,7 +158,7 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
                                                         static_cast<float*>(y.data()), N,
                                                         static_cast<float*>(work.data()), wsn, st, 3));
       });
-      report("bf16x3 skinny (exact fp32 act)", shape, us, bytes, 3 * flops, kBf16, false);
+      report("bf16x3 skinny (exact fp32 act)", shape, us, bytes, 3 * flops, roof_bf16, false);
     }
     if (fp8 && cuda::gemm_fp8_skinny_fits(M, N, K)) {  // the tensor-core skinny GEMM, with its activation quantizer
       cuda::DeviceBuffer xq(size_t(M) * K, "xq"), xs(size_t(M) * (K / 128) * 4, "xs");
@@ -170,7 +172,7 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
                                                   bld, N, K, static_cast<float*>(y.data()), N,
                                                   static_cast<float*>(work.data()), wsn, st));
       });
-      report("wgmma fp8 skinny (+quant)", shape, us, bytes, flops, kFp8, false);
+      report("wgmma fp8 skinny (+quant)", shape, us, bytes, flops, roof_fp8, false);
     }
     if (M >= (fp8 ? 8 : 2)) {  // cuBLASLt with the activation conversion it needs
       cuda::DeviceBuffer xa(size_t(M) * K * 2, "xa"), xs(size_t(M) * (K / 128 + 1) * 4, "xs");
@@ -188,7 +190,7 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
                                static_cast<float*>(y.data()), M, N, K, N, st);
         }
       });
-      if (ok) report(fp8 ? "cuBLASLt fp8 1x128/128x128" : "cuBLASLt bf16", shape, us, bytes, flops, fp8 ? kFp8 : kBf16, M <= 64);
+      if (ok) report(fp8 ? "cuBLASLt fp8 1x128/128x128" : "cuBLASLt bf16", shape, us, bytes, flops, fp8 ? roof_fp8 : roof_bf16, M <= 64);
       else std::printf("| %-28s | %-34s | no cuBLASLt algorithm |\n", fp8 ? "cuBLASLt fp8" : "cuBLASLt bf16", shape.c_str());
       if (!fp8) {  // as GpuModel::linear runs an fp32-input BF16 linear: three bf16 terms, stacked up to 64 rows
         cuda::DeviceBuffer terms(size_t(3) * M * K * 2, "terms"),
@@ -202,7 +204,7 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
           MOESERVE_CUDA_CHECK(cuda::to_bf16_split(static_cast<float*>(x.data()), M, K, K, t, t + term, st, t + 2 * term));
           ok3 &= blas.gemm_bf16_terms(t, 3, wi, yp, M, N, K, N, static_cast<float*>(parts.data()), st);
         });
-        if (ok3) report("cuBLASLt bf16, 3 terms", shape, us3, bytes, 3 * flops, kBf16, false);
+        if (ok3) report("cuBLASLt bf16, 3 terms", shape, us3, bytes, 3 * flops, roof_bf16, false);
       }
     }
   }
@@ -253,7 +255,7 @@ void bench_grouped_linear(const std::string& model, const std::string& name, int
       a.w = w.get(i);
       MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
     });
-    report("gemv fp8 grouped (fp32 act)", shape, us, bytes, flops, kFp32, true);
+    report("gemv fp8 grouped (fp32 act)", shape, us, bytes, flops, roof_fp32, true);
     if (cuda::gemm_bf16_fp8w_skinny_fits(M, N, K)) {  // BF16 tensor cores, with the activations' bf16 conversion
       const int bld = (sld + 3) / 4 * 4;
       auto bs = floats(size_t(G) * (N / 128) * bld, 1e-3f);
@@ -269,7 +271,7 @@ void bench_grouped_linear(const std::string& model, const std::string& name, int
                                                         static_cast<float*>(y.data()), G * N,
                                                         static_cast<float*>(work.data()), wsn, st));
       });
-      report("wgmma bf16 x fp8w skinny (+cvt)", shape, us_tc, bytes, flops, kBf16, false);
+      report("wgmma bf16 x fp8w skinny (+cvt)", shape, us_tc, bytes, flops, roof_bf16, false);
       // The engine's form: the fp32 input as three bf16 terms (hi, lo, lo2 rows) summed in the split epilogue.
       cuda::DeviceBuffer xb3(size_t(3) * M * G * K * 2, "xb three terms");
       const size_t wsn3 = cuda::gemm_bf16_fp8w_skinny_workspace_floats(M, N, K, G, 3);
@@ -284,7 +286,7 @@ void bench_grouped_linear(const std::string& model, const std::string& name, int
                                                         static_cast<float*>(y.data()), G * N,
                                                         static_cast<float*>(work3.data()), wsn3, st, 3));
       });
-      report("wgmma bf16 x fp8w skinny, 3 terms (+cvt)", shape, us_three, bytes, 3 * flops, kBf16, false);
+      report("wgmma bf16 x fp8w skinny, 3 terms (+cvt)", shape, us_three, bytes, 3 * flops, roof_bf16, false);
     }
   }
 }
@@ -325,9 +327,9 @@ void bench_gemv_chain(const std::string& name, GemvSpec a, GemvSpec b) {
     gb.w = wb.get(i);
     MOESERVE_CUDA_CHECK(cuda::gemv(gb, st));
   });
-  report("gemv chain: first alone", name, us_a, bytes_a, 2 * bytes_a, kFp32, false);
-  report("gemv chain: second alone", name, us_b, bytes_b, 2 * bytes_b, kFp32, false);
-  report("gemv chain: the pair", name, us_pair, bytes_a + bytes_b, 2 * (bytes_a + bytes_b), kFp32, false);
+  report("gemv chain: first alone", name, us_a, bytes_a, 2 * bytes_a, roof_fp32, false);
+  report("gemv chain: second alone", name, us_b, bytes_b, 2 * bytes_b, roof_fp32, false);
+  report("gemv chain: the pair", name, us_pair, bytes_a + bytes_b, 2 * (bytes_a + bytes_b), roof_fp32, false);
   std::printf("gemv chain %s: pair %.2f us = alone %.2f + %.2f %+.2f us\n", name.c_str(), us_pair, us_a, us_b,
               us_pair - us_a - us_b);
 }
@@ -418,18 +420,18 @@ void bench_attention(const std::string& model, int H, int S, int count, int ctx,
   const double flops = double(T) * H * keys * hd * 4;
   const std::string kind = ratio == 0 ? "window" : indexed ? "C4 top-" + std::to_string(topk) : "C128";
   const std::string shape = model + " T=" + std::to_string(T) + (count == 1 ? " M=" + std::to_string(S) + " " : " ") + "ctx " + std::to_string(ctx);
-  report("attention fp32 (" + kind + ")", shape, us, bytes, flops, kFp32, count == 1);
+  report("attention fp32 (" + kind + ")", shape, us, bytes, flops, roof_fp32, count == 1);
   // The tensor-core kernel (FP8-simulated keys under the checkpoint numerics): the queries, rope dims and
   // probabilities in three bf16 terms make its tensor work 3.75x the FLOPs above ((448 * 3 + 64 * 9) / 512), which
   // is what the bf16 ceiling is held against.
   const double us_mma = time_us([&](int) { MOESERVE_CUDA_CHECK(cuda::sparse_attention_mma(bt.b, a, st)); }, count > 64 ? 2 : 20);
-  report("attention bf16x3 mma (" + kind + ")", shape, us_mma, bytes, flops * 3.75, kBf16, false);
+  report("attention bf16x3 mma (" + kind + ")", shape, us_mma, bytes, flops * 3.75, roof_bf16, false);
   if (count > 1) {  // prefill: with the keys converted once into a key image (as GpuModel runs prefill steps)
     a.image_comp = ratio ? ctx / ratio : 0;
     cuda::DeviceBuffer image(cuda::attention_key_image_elems(T, S, W, a.image_comp) * 2, "key image");
     a.key_image = static_cast<uint16_t*>(image.data());
     const double us_image = time_us([&](int) { MOESERVE_CUDA_CHECK(cuda::sparse_attention_mma(bt.b, a, st)); }, 2);
-    report("attention bf16x3 mma, key image (" + kind + ")", shape, us_image, bytes, flops * 3.75, kBf16, false);
+    report("attention bf16x3 mma, key image (" + kind + ")", shape, us_image, bytes, flops * 3.75, roof_bf16, false);
   }
 }
 
@@ -449,7 +451,7 @@ void bench_indexer(const std::string& model, int S, int count, int ctx, int k) {
   const double bytes = double(S) * nc * dim * 4 + double(T) * nc * 4, flops = 2.0 * T * nc * heads * dim;
   const std::string shape =
       model + " T=" + std::to_string(T) + (count == 1 ? " M=" + std::to_string(S) + " " : " ") + "ctx " + std::to_string(ctx);
-  report("indexer scores fp32", shape, us, bytes, flops, kFp32, count == 1);
+  report("indexer scores fp32", shape, us, bytes, flops, roof_fp32, count == 1);
   // The tensor-core path the engine takes under the checkpoint numerics (FP4-simulated queries and keys; the random
   // fp32 inputs here are rounded to bf16, which changes nothing in the timing).
   const double us_bf16 = time_us([&](int) {
@@ -457,12 +459,12 @@ void bench_indexer(const std::string& model, int S, int count, int ctx, int k) {
                                                   dim, static_cast<float*>(keys.data()), epp, ratio, 0.088f, nc,
                                                   static_cast<float*>(scores.data()), nc, st));
   }, count > 64 ? 2 : 20);
-  report("indexer scores bf16 mma", shape, us_bf16, bytes, flops, kBf16, false);
+  report("indexer scores bf16 mma", shape, us_bf16, bytes, flops, roof_bf16, false);
   const double us2 = time_us([&](int) {
     MOESERVE_CUDA_CHECK(cuda::indexer_topk(bt.b, static_cast<float*>(scores.data()), nc, ratio, k, idx.data(), st));
   }, count > 64 ? 2 : 20);
   report("indexer top-" + std::to_string(k), model + " T=" + std::to_string(T) + " of " + std::to_string(nc), us2, double(T) * nc * 4 * 6,
-         0, kFp32, false);
+         0, roof_fp32, false);
 }
 
 // Next-token sampling (cuda::sample_rows): greedy, temperature alone (the OpenAI default of 1), with top-p, and
@@ -501,8 +503,8 @@ void bench_sampling() {
         for (int i = 0; i < calls; ++i) call();
       }) / calls;
       const std::string shape = "vocab " + std::to_string(vocab) + " rows " + std::to_string(rows);
-      report(std::string("sample ") + m.name, shape, us, double(rows) * vocab * 4, 0, kFp32, false);
-      report(std::string("sample ") + m.name, shape + " eager", eager, double(rows) * vocab * 4, 0, kFp32, false);
+      report(std::string("sample ") + m.name, shape, us, double(rows) * vocab * 4, 0, roof_fp32, false);
+      report(std::string("sample ") + m.name, shape + " eager", eager, double(rows) * vocab * 4, 0, roof_fp32, false);
     }
   }
 }
@@ -524,17 +526,17 @@ void bench_small_ops(const std::string& model, int D, int T) {
                                             static_cast<float*>(post.data()), static_cast<float*>(comb.data()), st));
   }, T > 64 ? 3 : 20);
   report("hc_pre (mix+sinkhorn+norm)", sh, us, double(T) * width * 4 * 2 + double(mix) * width * 4 + double(T) * D * 4,
-         2.0 * T * width * mix, kFp32, dec);
+         2.0 * T * width * mix, roof_fp32, dec);
   us = time_us([&](int) {
     MOESERVE_CUDA_CHECK(cuda::hc_post(static_cast<float*>(h.data()), T, hc, D, static_cast<float*>(col.data()),
                                       static_cast<float*>(post.data()), static_cast<float*>(comb.data()), st));
   }, T > 64 ? 3 : 20);
-  report("hc_post", sh, us, double(T) * width * 8 + double(T) * D * 4, double(T) * width * 10, kFp32, dec);
+  report("hc_post", sh, us, double(T) * width * 8 + double(T) * D * 4, double(T) * width * 10, roof_fp32, dec);
   us = time_us([&](int) {
     MOESERVE_CUDA_CHECK(cuda::rms_norm(static_cast<float*>(col.data()), T, D, D, static_cast<float*>(nw.data()), 1e-6f,
                                        static_cast<float*>(col.data()), D, st));
   }, T > 64 ? 3 : 20);
-  report("rms_norm", sh, us, double(T) * D * 8, double(T) * D * 3, kFp32, dec);
+  report("rms_norm", sh, us, double(T) * D * 8, double(T) * D * 3, roof_fp32, dec);
   const int H = D == 4096 ? 64 : 128;
   auto q = floats(size_t(T) * H * 512), inv = floats(32, 0.5f);
   std::vector<int> pos(static_cast<size_t>(T));
@@ -544,7 +546,7 @@ void bench_small_ops(const std::string& model, int D, int T) {
     MOESERVE_CUDA_CHECK(cuda::rope(static_cast<float*>(q.data()), T, H, 512, H * 512, 64, dpos.data(),
                                    static_cast<float*>(inv.data()), 1.0f, false, 1e-6f, st));
   }, T > 64 ? 3 : 20);
-  report("q head-norm + rope", sh, us, double(T) * H * 512 * 8, double(T) * H * 512 * 4, kFp32, dec);
+  report("q head-norm + rope", sh, us, double(T) * H * 512 * 8, double(T) * H * 512 * 4, roof_fp32, dec);
   // The router's choice and the grouping of the slots, as the FP8 / BF16 experts' chain runs them before W13: one
   // block each, latency-bound (bytes: the logits and bias in, the slots' choice, weight and rows out).
   const int E = D == 4096 ? 256 : 384, K = 6, TK = T * K;
@@ -556,13 +558,13 @@ void bench_small_ops(const std::string& model, int D, int T) {
     MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits.data()), T, E, K, 0, static_cast<float*>(bias.data()),
                                         nullptr, ids.data(), true, 1.5f, chosen.data(), static_cast<float*>(wts.data()), st));
   }, T > 64 ? 3 : 20);
-  report("moe_route (sqrtsoftplus top-6)", sh, us, double(T) * E * 4 + E * 4.0 + TK * 8.0, double(T) * E * 20, kFp32, dec);
+  report("moe_route (sqrtsoftplus top-6)", sh, us, double(T) * E * 4 + E * 4.0 + TK * 8.0, double(T) * E * 20, roof_fp32, dec);
   int* ge = groups.data();
   us = time_us([&](int) {
     MOESERVE_CUDA_CHECK(cuda::moe_group(chosen.data(), static_cast<float*>(wts.data()), T, K, E, nullptr, ge, ge + E,
                                         ge + 2 * E, ge + 3 * E, ros.data(), tor.data(), static_cast<float*>(wor.data()), st));
   }, T > 64 ? 3 : 20);
-  report("moe_group", sh, us, TK * 8.0 + TK * 12.0 + E * 12.0, double(TK) + E, kFp32, dec);
+  report("moe_group", sh, us, TK * 8.0 + TK * 12.0 + E * 12.0, double(TK) + E, roof_fp32, dec);
 }
 
 void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
@@ -629,7 +631,7 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
   const double bytes = active * double(w13 + w2) + double(TK) * (2 * I + I + D) * 4 * 2;
   const std::string shape = model + " M=" + std::to_string(T) + " E=" + std::to_string(E);
   report(std::string("MoE routed ") + (fp8 ? "fp8" : "bf16") + " (route+group+2 gemv)", shape, us, bytes,
-         2.0 * TK * 3 * I * D, kFp32, true);
+         2.0 * TK * 3 * I * D, roof_fp32, true);
   if (fp8 && T == 1) {
     // Route, the one-launch experts (W13, SwiGLU and W2 of every slot), combine: exact activations as the row
     // above, then the checkpoint numerics' FP8 activation simulation. Not the engine's default (GpuModel::moe,
@@ -658,7 +660,7 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
         combine(static_cast<float*>(y.data()));
       }, 10);
       report(act8 ? "MoE routed fp8 (route+1 launch+combine) act8" : "MoE routed fp8 (route+1 launch+combine)", shape,
-             us1, bytes, 2.0 * TK * 3 * I * D, kFp32, false);
+             us1, bytes, 2.0 * TK * 3 * I * D, roof_fp32, false);
     }
     // The same with the shared expert as one more slot (MOESERVE_MOE_ONE_LAUNCH=shared; its weights: a different
     // expert of the stacks per launch, so they come from HBM as the engine's would). Bytes and FLOPs include the
@@ -680,7 +682,7 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
       MOESERVE_CUDA_CHECK(cuda::moe_fp8_one_token(f, st));
       combine(static_cast<float*>(y.data()));
     }, 10);
-    report("MoE fp8 routed+shared (route+1 launch+combine) act8", shape, us_sh, shared_bytes, shared_flops, kFp32, false);
+    report("MoE fp8 routed+shared (route+1 launch+combine) act8", shape, us_sh, shared_bytes, shared_flops, roof_fp32, false);
   }
   if (!fp8 || !cuda::gemm_fp8_skinny_fits(T, 2 * I, D)) return;
   // As the engine runs FP8 experts at up to 64 rows each in checkpoint numerics: gather, quantize, the grouped
@@ -709,7 +711,7 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
                                                       st));
     combine(ye);
   }, 10);
-  report("MoE routed fp8 (skinny wgmma, grouped)", shape, us_tc, bytes, 2.0 * TK * 3 * I * D, kFp8, false);
+  report("MoE routed fp8 (skinny wgmma, grouped)", shape, us_tc, bytes, 2.0 * TK * 3 * I * D, roof_fp8, false);
 }
 
 // ---------------------------------------------------------------------------------- per-layer decode step
@@ -820,10 +822,10 @@ void bench_layer_decode(cuda::Blas& blas) {
     const double bytes = (layer_roofline_bytes(c, B, ctx, true, mxfp4, &kv4) + layer_roofline_bytes(c, B, ctx, false, mxfp4, &kv128)) / 2.0;
     report(std::string("V4-Flash decode step / layer, ") + (mxfp4 ? "mxfp4 (W4A8)" : "fp8") + " experts",
            "B=" + std::to_string(B) + " ctx " + std::to_string(ctx) + " (C4+C128 avg)", per_layer,
-           bytes, 0, kFp8, false);
+           bytes, 0, roof_fp8, false);
     std::printf("|   (graph replay: 2 layers + embed/head %.1f us, 4 layers %.1f us; KV bytes/layer %.2f MB) |\n", step[0],
                 step[1], (kv4 + kv128) / 2e6);
-    results.push_back({(mxfp4 ? "mxfp4 b" : "fp8 b") + std::to_string(B), 100.0 * (bytes / kBw * 1e6) / per_layer});
+    results.push_back({(mxfp4 ? "mxfp4 b" : "fp8 b") + std::to_string(B), 100.0 * (bytes / roof_bw * 1e6) / per_layer});
   }
   layer_summary = "V4-Flash layer decode vs memory roofline:";
   for (auto& [b, p] : results) layer_summary += " " + b + " " + std::to_string(int(p + 0.5)) + "%";
@@ -919,8 +921,11 @@ int main(int argc, char** argv) {
   const auto* dev_info = moeserve::bench::device_or_skip();
   if (!dev_info) return 0;
   const auto& info = *dev_info;
+  const auto& roofs = moeserve::bench::gpu_ceilings(info.name);
+  roof_bw = roofs.copy_bytes_per_s, roof_bf16 = roofs.bf16_flops_per_s, roof_fp8 = roofs.fp8_flops_per_s;
+  roof_fp32 = roofs.fp32_flops_per_s;
   std::printf("# bench_gpu_ops on %s (%d SMs); ceilings: %.2f TB/s, bf16 %.0f, fp8 %.0f, fp32 SIMT %.0f TFLOP/s\n",
-              info.name.c_str(), info.multiprocessors, kBw / 1e12, kBf16 / 1e12, kFp8 / 1e12, kFp32 / 1e12);
+              info.name.c_str(), info.multiprocessors, roof_bw / 1e12, roof_bf16 / 1e12, roof_fp8 / 1e12, roof_fp32 / 1e12);
   std::printf("| %-28s | %-34s | %9s | %9s | %9s | %8s | %7s | %8s | %6s |\n", "op", "shape", "us", "MB", "GFLOP", "GB/s",
               "TFLOP/s", "roof us", "roof%");
   MOESERVE_CUDA_CHECK(cudaStreamCreate(&st));

@@ -1,5 +1,5 @@
 // bench_gpu_read: what reading N bytes costs as one launch of a dependent chain, the floor under a one-row GEMV of
-// N bytes of weights (issue 7's bar: ops of >= 8 MB at >= 60 % of the 4.28 TB/s roofline at one row). Each kernel
+// N bytes of weights (issue 7's bar: ops of >= 8 MB at >= 60 % of the copy-bandwidth roofline at one row). Each kernel
 // reads its whole buffer and folds it into one word per block; a chain of launches (PDL, each launch's buffer a
 // different copy from a pool larger than the L2) is captured in a CUDA graph and replayed, as bench_gpu_ops times
 // its ops. Kernels differ in how the reads are issued:
@@ -32,7 +32,7 @@ using moeserve::bench::launch_kernel;
 using namespace moeserve::cuda::dev;
 using namespace moeserve::cuda::hopper;
 
-constexpr double kBw = 4.28e12;
+double roof_bw = 0;  // the running GPU's copy bandwidth (bench/ceilings.json), set in main
 constexpr int kThreads = 256;
 
 __device__ __forceinline__ uint32_t fold(uint32_t acc, const uint4& v) { return acc ^ v.x ^ v.y ^ v.z ^ v.w; }
@@ -164,9 +164,10 @@ int main() {
   if (!dev_info) return 0;
   const auto& info = *dev_info;
   const int sms = info.multiprocessors;
+  roof_bw = moeserve::bench::gpu_ceilings(info.name).copy_bytes_per_s;
   std::printf("# bench_gpu_read on %s (%d SMs): one read of N bytes per launch, chains of dependent PDL launches in a "
               "CUDA graph over copies of > 512 MB; roofline N / %.2f TB/s\n",
-              info.name.c_str(), sms, kBw / 1e12);
+              info.name.c_str(), sms, roof_bw / 1e12);
   cudaStream_t st;
   MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   const size_t pool_bytes = size_t(640) << 20;
@@ -235,13 +236,13 @@ int main() {
         std::fprintf(stderr, "%s at %.1f MB: fold %08x, expected %08x\n", v.name.c_str(), mb, have, want);
         ++failures;
       }
-      std::printf(" %7.2f (%5.1f %%) |", us, 100.0 * (double(bytes) / kBw * 1e6) / us);
+      std::printf(" %7.2f (%5.1f %%) |", us, 100.0 * (double(bytes) / roof_bw * 1e6) / us);
       if (mb == 8.4 && us < best_8mb) best_8mb = us;
     }
     std::printf("\n");
   }
   std::printf("read floor: 8.4 MB in %.2f us at best (%.1f %% of %.2f TB/s); %d fold mismatches\n", best_8mb,
-              100.0 * (8.4e6 / kBw * 1e6) / best_8mb, kBw / 1e12, failures);
+              100.0 * (8.4e6 / roof_bw * 1e6) / best_8mb, roof_bw / 1e12, failures);
   MOESERVE_CUDA_CHECK(cudaFree(out));
   MOESERVE_CUDA_CHECK(cudaFree(pool));
   MOESERVE_CUDA_CHECK(cudaStreamDestroy(st));

@@ -4,7 +4,8 @@
 // group into an fp32 accumulator. For N = 8 (a decode tile of one to eight tokens) up to 128 (prefill) and for 1-4
 // warpgroups per SM it prints the SM cycles per wgmma, and what that rate allows for MXFP4 weights: each wgmma takes
 // 64 x 32 weights, 1088 bytes of the packed layout (1024 of e2m1 codes, 64 of scales and flags per 64 rows), so
-// streaming the weights at the HBM's 4.28 TB/s needs one wgmma every 4.28e12 / 1088 / SMs seconds per SM.
+// streaming the weights at the HBM's copy bandwidth (H200: 4.28 TB/s) needs one wgmma every 4.28e12 / 1088 / SMs
+// seconds per SM.
 // No memory traffic: the operands stay in registers and shared memory; B holds arbitrary e4m3 codes.
 // Usage: bench_gpu_wgmma
 #include <cuda_runtime.h>
@@ -22,7 +23,7 @@ namespace {
 
 using namespace moeserve::cuda;
 
-constexpr double kCopyBandwidth = 4.28e12;  // bytes/s, shared/reference/h200.md
+double copy_bandwidth = 0;  // bytes/s: the running GPU's (bench/ceilings.json), set in main
 constexpr double kBytesPerWgmma = 1088.0;   // 64 rows x 32 k of MXFP4 in kernels/cpu/moe_w4a8_pack.h's layout
 
 // One warpgroup per block: `groups` rounds of 4 chained wgmmas + wait + fp32 add; thread 0 records its clock span.
@@ -91,7 +92,7 @@ void row(int sms, int groups, long long* cycles, float* sink, cudaStream_t st, d
     }
     const Result r = run<N>(sms, per_sm, groups, cycles, sink, st);
     // The GPU's wgmma rate times the bytes each consumes, against the HBM copy bandwidth.
-    const double pct = 100.0 * (sms / (r.ns_per_wgmma * 1e-9)) * kBytesPerWgmma / kCopyBandwidth;
+    const double pct = 100.0 * (sms / (r.ns_per_wgmma * 1e-9)) * kBytesPerWgmma / copy_bandwidth;
     std::printf("| m64n%-3dk32 RS | %d | %8.1f | %7.2f | %6.1f %% |\n", N, per_sm, r.cycles_per_wgmma, r.ns_per_wgmma,
                 pct);
     if (N == 8 && per_sm == 3) *decode_pct = pct;  // the one-token config: 3 CTAs of one warpgroup per SM
@@ -105,10 +106,11 @@ int main() {
   if (!dev_info) return 0;
   const auto& info = *dev_info;
   const int sms = info.multiprocessors;
+  copy_bandwidth = moeserve::bench::gpu_ceilings(info.name).copy_bytes_per_s;
   std::printf("# bench_gpu_wgmma on %s (%d SMs): FP8 wgmma, A in registers, groups of 4 chained k32 steps + wait\n",
               info.name.c_str(), sms);
-  std::printf("# %% of 4.28 TB/s: the rate at which these wgmmas would consume MXFP4 weights (%.0f bytes each)\n",
-              kBytesPerWgmma);
+  std::printf("# %% of %.2f TB/s: the rate at which these wgmmas would consume MXFP4 weights (%.0f bytes each)\n",
+              copy_bandwidth / 1e12, kBytesPerWgmma);
   cudaStream_t st;
   MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   long long* cycles;
@@ -126,6 +128,7 @@ int main() {
   row<128>(sms, groups, cycles, sink, st, &decode_pct);
   MOESERVE_CUDA_CHECK(cudaFree(cycles));
   MOESERVE_CUDA_CHECK(cudaFree(sink));
-  std::printf("wgmma: m64n8k32 at 3 warpgroups per SM consumes MXFP4 weights at %.0f %% of 4.28 TB/s\n", decode_pct);
+  std::printf("wgmma: m64n8k32 at 3 warpgroups per SM consumes MXFP4 weights at %.0f %% of %.2f TB/s\n", decode_pct,
+              copy_bandwidth / 1e12);
   return 0;
 }

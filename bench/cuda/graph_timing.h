@@ -6,23 +6,27 @@
 #include <cstdio>
 #include <string>
 
+#include "bench/gpu_ceilings.h"
 #include "kernels/cuda/device.h"
 
 namespace moeserve::bench {
 
-// The benchmarks' ceilings are the H200's (shared/reference/h200.md). On another GPU (the device tool lends H100s
-// too) their percentages are not that GPU's: say so once, before the tables.
-inline void note_ceilings_gpu(const std::string& name) {
-  if (name.find("H200") == std::string::npos)
-    std::printf("# note: the %% columns use the H200's measured ceilings; on this GPU (%s) compare microseconds "
-                "between builds, not percentages\n", name.c_str());
+// The running GPU's ceilings (bench/ceilings.json via src/bench/gpu_ceilings.h), loaded once; the first call prints
+// which figures the percentages use, and says so when no entry names this GPU (the H200's then stand in).
+inline const GpuCeilings& gpu_ceilings(const std::string& name) {
+  static const CeilingsChoice choice = [&] {
+    CeilingsChoice c = load_gpu_ceilings(name);
+    std::printf("# %s\n", describe(c).c_str());
+    return c;
+  }();
+  return choice.ceilings;
 }
 
 // The device to benchmark, or null after printing why the benchmark is skipped (no GPU, not sm_90).
 inline const cuda::DeviceInfo* device_or_skip() {
   const cuda::DeviceInfo& info = cuda::device_info();
   if (info.available) {
-    note_ceilings_gpu(info.name);
+    gpu_ceilings(info.name);
     return &info;
   }
   std::printf("skipped: %s\n", info.reason.c_str());
