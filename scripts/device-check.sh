@@ -32,8 +32,7 @@ if python3 -c "import torch" 2>/dev/null; then
   rc=$?
   rows+=("measure_ceilings|rc=$rc|$(tail -1 "$OUT/measure_ceilings.log" | cut -c19-140)")
   gpu_name=$(head -2 "$OUT/gpu.txt" | tail -1 | cut -d, -f1)
-  if [ $rc = 0 ] && ! python3 -c "import sys; sys.path.insert(0, 'tools'); import gpu_ceilings as g; \
-                                  sys.exit(0 if g.ceilings_for(sys.argv[1])['matched'] else 1)" "$gpu_name"; then
+  if [ $rc = 0 ] && python3 tools/gpu_ceilings.py --use-measured "$OUT/ceilings_measured.json" "$gpu_name"; then
     export MOESERVE_CEILINGS="$OUT/ceilings_measured.json"
     rows+=("  (no bench/ceilings.json entry||the percentages below use this run's measurement)")
   fi

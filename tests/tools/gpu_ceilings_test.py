@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""tools/gpu_ceilings.py: the committed file passes the same checks as the C++ loader's, entries match by GPU name with
+the H200's standing in, and --use-measured (scripts/device-check.sh) takes a valid measurement only for a GPU that no
+committed entry names."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+TOOLS = os.path.join(os.path.dirname(__file__), "..", "..", "tools")
+sys.path.insert(0, TOOLS)
+import gpu_ceilings  # noqa: E402
+
+
+def measured(tmp, **fields):
+    entry = {"match": "NVIDIA H100 80GB HBM3", "source": "test", "copy_tbs": 3.0, "bf16_tflops": 700,
+             "fp8_tflops": 1300, "fp32_simt_tflops": 55}
+    entry.update(fields)
+    path = os.path.join(tmp, "m.json")
+    with open(path, "w") as f:
+        json.dump({"gpus": [entry]}, f)
+    return path
+
+
+def use_measured(path, gpu):
+    r = subprocess.run([sys.executable, os.path.join(TOOLS, "gpu_ceilings.py"), "--use-measured", path, gpu],
+                       capture_output=True, text=True)
+    return r.returncode, r.stderr
+
+
+def main():
+    os.environ.pop("MOESERVE_CEILINGS", None)
+    committed = gpu_ceilings.entries_of(gpu_ceilings.COMMITTED)
+    assert any(e["match"] == "H200" for e in committed), committed
+    h200 = gpu_ceilings.ceilings_for("NVIDIA H200")
+    assert h200["matched"] and h200["match"] == "H200", h200
+    other = gpu_ceilings.ceilings_for("Some Future GPU")
+    assert not other["matched"] and other["match"] == "H200", other
+    assert "not percentages" in gpu_ceilings.describe(other)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        good = measured(tmp)
+        os.environ["MOESERVE_CEILINGS"] = good
+        h100 = gpu_ceilings.ceilings_for("NVIDIA H100 80GB HBM3")
+        del os.environ["MOESERVE_CEILINGS"]
+        assert h100["matched"] and h100["copy_tbs"] == 3.0, h100
+        if not any(e["match"] in "NVIDIA H100 80GB HBM3" for e in committed):
+            assert use_measured(good, "NVIDIA H100 80GB HBM3")[0] == 0
+        assert use_measured(good, "NVIDIA H200")[0] == 1  # the committed entry stands
+        assert use_measured(good, "NVIDIA A100-SXM4-80GB")[0] == 1  # the measurement is another card's
+        rc, err = use_measured(measured(tmp, fp8_tflops=0), "NVIDIA H100 80GB HBM3")
+        assert rc == 1 and "gpus[0]: field 'fp8_tflops' must be a positive number" in err, err
+        rc, err = use_measured(measured(tmp, source=""), "NVIDIA H100 80GB HBM3")
+        assert rc == 1 and "field 'source' must be a non-empty string" in err, err
+        rc, err = use_measured(os.path.join(tmp, "missing.json"), "NVIDIA H100 80GB HBM3")
+        assert rc == 1 and "not using the measurement" in err, err
+    print("gpu_ceilings_test: ok")
+
+
+if __name__ == "__main__":
+    main()
