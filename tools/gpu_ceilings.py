@@ -2,9 +2,12 @@
 file named by MOESERVE_CEILINGS, then of bench/ceilings.json, whose match string is in the GPU's name; else the H200's,
 marked unmatched.
 
-As a program (scripts/device-check.sh): python3 tools/gpu_ceilings.py --use-measured FILE GPU_NAME exits 0 when the
-benchmarks should use FILE (a tools/measure_ceilings.py measurement) for GPU_NAME: no committed entry names the GPU and
-FILE holds a valid entry for it."""
+As a program:
+  python3 tools/gpu_ceilings.py --use-measured FILE GPU_NAME   (scripts/device-check.sh) exits 0 when the benchmarks
+      should use FILE (a tools/measure_ceilings.py measurement) for GPU_NAME: no committed entry names the GPU and
+      FILE holds a valid entry for it.
+  python3 tools/gpu_ceilings.py --commit FILE   puts FILE's entries into bench/ceilings.json (replacing entries with
+      the same match string), e.g. a device-check's ceilings_measured.json."""
 import json
 import os
 import sys
@@ -48,9 +51,26 @@ def describe(c):
             f"({c['source']}){tail}")
 
 
+def commit(path, committed=COMMITTED):
+    """FILE's entries into the committed file, in place of those with the same match string."""
+    new = entries_of(path)
+    entries_of(committed)
+    with open(committed) as f:
+        doc = json.load(f)
+    doc["gpus"] = [e for e in doc["gpus"] if e["match"] not in {n["match"] for n in new}] + new
+    with open(committed, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    for n in new:
+        print(f"gpu_ceilings: {committed}: {describe(dict(n, matched=True))}")
+
+
 def main(argv):
+    if len(argv) == 3 and argv[1] == "--commit":
+        commit(argv[2])
+        return 0
     if len(argv) != 4 or argv[1] != "--use-measured":
-        print("usage: gpu_ceilings.py --use-measured FILE GPU_NAME", file=sys.stderr)
+        print("usage: gpu_ceilings.py --use-measured FILE GPU_NAME | --commit FILE", file=sys.stderr)
         return 2
     path, gpu = argv[2], argv[3]
     if any(e["match"] in gpu for e in entries_of(COMMITTED)):

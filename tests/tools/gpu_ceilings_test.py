@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tools/gpu_ceilings.py: the committed file passes the same checks as the C++ loader's, entries match by GPU name with
-the H200's standing in, and --use-measured (scripts/device-check.sh) takes a valid measurement only for a GPU that no
-committed entry names."""
+the H200's standing in, --use-measured (scripts/device-check.sh) takes a valid measurement only for a GPU that no
+committed entry names, and --commit puts a measurement into the file."""
 import json
 import os
 import subprocess
@@ -55,6 +55,18 @@ def main():
         assert rc == 1 and "field 'source' must be a non-empty string" in err, err
         rc, err = use_measured(os.path.join(tmp, "missing.json"), "NVIDIA H100 80GB HBM3")
         assert rc == 1 and "not using the measurement" in err, err
+
+        # --commit: into a copy of the committed file, a new card's entry appended, the same card's replaced.
+        copy = os.path.join(tmp, "ceilings.json")
+        with open(gpu_ceilings.COMMITTED) as f, open(copy, "w") as g:
+            g.write(f.read())
+        gpu_ceilings.commit(measured(tmp, copy_tbs=3.1), copy)
+        gpu_ceilings.commit(measured(tmp, copy_tbs=3.2), copy)
+        after = gpu_ceilings.entries_of(copy)
+        assert [e["match"] for e in after] == [e["match"] for e in committed] + ["NVIDIA H100 80GB HBM3"], after
+        assert after[-1]["copy_tbs"] == 3.2, after
+        with open(copy) as f:
+            assert json.load(f)["about"], "the file's description is kept"
     print("gpu_ceilings_test: ok")
 
 
