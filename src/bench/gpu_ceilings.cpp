@@ -1,10 +1,10 @@
 #include "bench/gpu_ceilings.h"
 
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -77,12 +77,10 @@ CeilingsChoice load_gpu_ceilings(const std::string& gpu_name) {
 
 std::string describe(const CeilingsChoice& choice) {
   const auto& c = choice.ceilings;
-  char line[512];
-  std::snprintf(line, sizeof line, "ceilings %s: %.2f TB/s copy, bf16 %.0f, fp8 %.0f, fp32 SIMT %.0f TFLOP/s (%s)%s",
-                c.match.c_str(), c.copy_bytes_per_s / 1e12, c.bf16_flops_per_s / 1e12, c.fp8_flops_per_s / 1e12,
-                c.fp32_flops_per_s / 1e12, c.source.c_str(),
-                choice.matched ? "" : "; no entry for this GPU: compare microseconds between builds, not percentages");
-  return line;
+  return fmt::format("ceilings {}: {:.2f} TB/s copy, bf16 {:.0f}, fp8 {:.0f}, fp32 SIMT {:.0f} TFLOP/s ({}){}", c.match,
+                     c.copy_bytes_per_s / 1e12, c.bf16_flops_per_s / 1e12, c.fp8_flops_per_s / 1e12,
+                     c.fp32_flops_per_s / 1e12, c.source,
+                     choice.matched ? "" : "; no entry for this GPU: compare microseconds between builds, not percentages");
 }
 
 }  // namespace moeserve::bench
