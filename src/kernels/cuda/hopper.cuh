@@ -18,17 +18,18 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
   asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
                : "memory");
 }
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+// The arrive on the mbarrier at shared address `addr` (mbar_arrive and mbar_arrive_after).
+__device__ __forceinline__ void mbar_arrive_at(uint32_t addr) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(addr) : "memory");
 }
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) { mbar_arrive_at(smem_addr(bar)); }
 // mbar_arrive issued only once `loaded` is in registers: give it values the thread read from the stage and a zero the
 // compiler cannot fold (`runtime_zero`, from a kernel parameter); the barrier's address then depends on the loads.
 // ptxas otherwise may issue a release's arrive between shared-memory loads and their first use (moe_w4a8_gemm's
 // SASS: LDS, LDS, SYNCS.ARRIVE, FFMA), which leaves the loads to the hardware's ordering; under compute-sanitizer
 // initcheck on H100s a load in flight at the arrive read the producer's next chunk (moe-w4a8.md, fifty-ninth session).
 __device__ __forceinline__ void mbar_arrive_after(uint64_t* bar, uint32_t loaded, uint32_t runtime_zero) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar) + (loaded & runtime_zero))
-               : "memory");
+  mbar_arrive_at(smem_addr(bar) + (loaded & runtime_zero));
 }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done;
