@@ -13,6 +13,7 @@ if [ "${1:-}" = "--prebuilt" ]; then PREBUILT=$2; shift 2; fi
 FILTER=${1:-.}
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+gpu_name=$(head -2 "$OUT/gpu.txt" | tail -1 | cut -d, -f1)
 start=$(date +%s)
 BIN=build-device
 if [ -n "$PREBUILT" ]; then
@@ -31,7 +32,6 @@ if python3 -c "import torch" 2>/dev/null; then
   timeout 120 python3 tools/measure_ceilings.py --json "$OUT/ceilings_measured.json" >"$OUT/measure_ceilings.log" 2>&1
   rc=$?
   rows+=("measure_ceilings|rc=$rc|$(tail -1 "$OUT/measure_ceilings.log" | cut -c19-140)")
-  gpu_name=$(head -2 "$OUT/gpu.txt" | tail -1 | cut -d, -f1)
   if [ $rc = 0 ] && python3 tools/gpu_ceilings.py --use-measured "$OUT/ceilings_measured.json" "$gpu_name"; then
     export MOESERVE_CEILINGS="$OUT/ceilings_measured.json"
     rows+=("  (no bench/ceilings.json entry||the percentages below use this run's measurement)")
@@ -86,6 +86,6 @@ if [ "${PEERS:-1}" != 0 ] && python3 -c "import torch" 2>/dev/null; then  # PyTo
   rows+=("torch_moe_peers|rc=$?|$(tail -1 "$OUT/torch_moe_peers.log" | cut -c1-120)")
 fi
 echo
-echo "== device-check summary ($(date -u +%F) $(head -2 "$OUT/gpu.txt" | tail -1 | cut -d, -f1)) =="
+echo "== device-check summary ($(date -u +%F) $gpu_name) =="
 for r in "${rows[@]}"; do echo "$r" | awk -F'|' '{printf "%-34s %-6s %s\n", $1, $2, $3}'; done
 bash scripts/pack-out.sh  # more than 8 log files would not all come back

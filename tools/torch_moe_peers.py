@@ -36,7 +36,7 @@ import torch
 
 from gpu_ceilings import ceilings_for, describe
 
-HBM_BPS = 4.28e12  # bytes/s: the running GPU's copy bandwidth (bench/ceilings.json), set in main
+HBM_BPS = None  # bytes/s: the running GPU's copy bandwidth (bench/ceilings.json), set in main
 TOPK = 6
 SEED = 20261129
 SHAPES = [  # name, E, N, K

@@ -10,7 +10,7 @@ import torch
 
 from gpu_ceilings import ceilings_for, describe
 
-BW = 4.28e12  # bytes/s: the running GPU's copy bandwidth (bench/ceilings.json), set in main
+BW = None  # bytes/s: the running GPU's copy bandwidth (bench/ceilings.json), set in main
 
 
 def bench(fn, reps=50):

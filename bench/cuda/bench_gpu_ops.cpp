@@ -34,8 +34,7 @@ using namespace moeserve;
 
 namespace {
 
-// The running GPU's ceilings in bytes/s and FLOP/s (bench/ceilings.json; the H200's: 4.28 TB/s copy, 784 bf16, 1418
-// fp8, ~60 fp32 SIMT TFLOP/s), set first thing in main.
+// The running GPU's ceilings in bytes/s and FLOP/s (bench/ceilings.json), set first thing in main.
 double roof_bw = 0, roof_bf16 = 0, roof_fp8 = 0, roof_fp32 = 0;
 std::string filter;
 // MOESERVE_BENCH_SHAPE=SUBSTRING: the linear section runs only the shapes containing it (scripts/device-profile.sh
