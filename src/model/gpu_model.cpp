@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/cuda/device.h"
 #include "model/gpu_model_internal.h"
 
@@ -167,6 +168,15 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   if (const char* e = std::getenv("MOESERVE_EXACT_SKINNY"); e && std::string(e) == "0") exact_skinny_ = false;
   if (const char* e = std::getenv("MOESERVE_IDX_BF16_MIN_T")) idx_bf16_min_t_ = std::max(1, std::atoi(e));
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&branch_ev_, cudaEventDisableTiming));
+  for (const GpuLayer& layer : weights_.layers) {
+    if (!layer.experts_mxfp4.defined()) continue;
+    const GpuMxfp4Experts& ex = layer.experts_mxfp4;
+    bool warn = false;
+    const std::string notice = w4a8_table_notice(cuda::device_info().name, ex.E, ex.D, ex.I, &warn);
+    if (warn) spdlog::warn("{}", notice);
+    else if (!notice.empty()) spdlog::debug("{}", notice);
+    break;  // every layer's routed experts have the same shape
+  }
 }
 
 GpuModel::~GpuModel() {

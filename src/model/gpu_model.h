@@ -14,6 +14,7 @@
 #include <map>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cache/kv_cache.h"
@@ -55,6 +56,12 @@ class GpuKvCache {
   std::vector<cuda::DeviceArray<float>> compressed_, index_keys_, state_, index_state_;
   int64_t bytes_ = 0;
 };
+
+// What the W4A8 dispatch table says about MXFP4 routed experts of E x [2I, D] / [D, I] on `gpu`: empty when it has
+// entries for both GEMMs there; otherwise a notice that the GEMMs take the heuristic's tile configs. `warn` is set
+// when the table was tuned for these shapes on another GPU (a V4 model on an untuned card: likely slower), not for
+// shapes nobody tuned (small test models).
+std::string w4a8_table_notice(const std::string& gpu, int E, int D, int I, bool* warn);
 
 class GpuModel {
  public:

@@ -3,6 +3,7 @@
 #include "model/gpu_model.h"
 
 #include <algorithm>
+#include <string>
 
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/moe_fp8_one_token.h"
@@ -22,6 +23,23 @@ cuda::Fp8ExpertWeights fp8_experts(const GemmView& v, int N, int K) {
 }
 
 }  // namespace
+
+std::string w4a8_table_notice(const std::string& gpu, int E, int D, int I, bool* warn) {
+  *warn = false;
+  if (cuda::moe_w4a8_table_has(gpu.c_str(), E, 2 * I, D) && cuda::moe_w4a8_table_has(gpu.c_str(), E, D, I)) return "";
+  std::string tuned;
+  for (const std::string& other : cuda::moe_w4a8_table_gpus())
+    if (other != gpu && cuda::moe_w4a8_table_has(other.c_str(), E, 2 * I, D) &&
+        cuda::moe_w4a8_table_has(other.c_str(), E, D, I))
+      tuned += (tuned.empty() ? "" : ", ") + other;
+  *warn = !tuned.empty();
+  std::string text = "W4A8 MoE GEMMs (E " + std::to_string(E) + ", W13 " + std::to_string(2 * I) + " x " +
+                     std::to_string(D) + ", W2 " + std::to_string(D) + " x " + std::to_string(I) +
+                     "): the dispatch table has no entries for this GPU ('" + gpu + "') at these shapes, so they " +
+                     "take the heuristic's tile configs";
+  if (*warn) text += ", which may be slower (tuned on: " + tuned + "; scripts/device-w4a8-tune.sh tunes a GPU)";
+  return text;
+}
 
 void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combine) {
   const io::ModelConfig& c = config_;

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace moeserve::cuda {
@@ -72,6 +73,10 @@ struct MoeW4A8Split {
 // The dispatch table's split for a shape and routed slots (none when its entry has none).
 MoeW4A8Split moe_w4a8_pick_split(int E, int N, int K, int slots);
 MoeW4A8Split moe_w4a8_pick_split_for(const char* gpu, int E, int N, int K, int slots);
+// The GPUs the table was tuned on, in its order, and whether it has entries for a GPU at a shape (without them
+// the picks above are the heuristic's; scripts/device-w4a8-tune.sh tunes a GPU).
+std::vector<std::string> moe_w4a8_table_gpus();
+bool moe_w4a8_table_has(const char* gpu, int E, int N, int K);
 
 // How a GEMM sits in the decode chain (all optional; none changes the results):
 //  - prefetch_next: after its last work items' weight loads, each CTA asks L2 for the first prefix_bytes of the

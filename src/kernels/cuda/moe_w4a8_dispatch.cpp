@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/moe_w4a8.h"
@@ -75,6 +76,23 @@ int moe_w4a8_pick_config_for(const char* gpu, int E, int N, int K, int slots) {
 
 MoeW4A8Split moe_w4a8_pick_split(int E, int N, int K, int slots) {
   return moe_w4a8_pick_split_for(device_info().name.c_str(), E, N, K, slots);
+}
+
+std::vector<std::string> moe_w4a8_table_gpus() {
+  std::vector<std::string> gpus;
+  for (const Entry& e : kTable) {
+    if (!e.gpu) break;
+    if (std::find(gpus.begin(), gpus.end(), e.gpu) == gpus.end()) gpus.emplace_back(e.gpu);
+  }
+  return gpus;
+}
+
+bool moe_w4a8_table_has(const char* gpu, int E, int N, int K) {
+  for (const Entry& e : kTable) {
+    if (!e.gpu) break;
+    if (std::strcmp(gpu, e.gpu) == 0 && e.E == E && e.N == N && e.K == K) return true;
+  }
+  return false;
 }
 
 MoeW4A8Split moe_w4a8_pick_split_for(const char* gpu, int E, int N, int K, int slots) {

@@ -540,28 +540,36 @@ TEST(MoeW4A8Gpu, ConfigFitsRefusesShapesItCannotRun) {
             cudaErrorInvalidValue);
 }
 
-// The dispatch table, read without a GPU: on the H200 every V4 shape and step size gets a config that runs the
-// shape, with decode-sized token tiles up to 256 tokens and the prefill tiles from 4K; a GPU without entries falls
-// back to the heuristic by rows per active expert (slots / E).
+// The dispatch table, read without a GPU: on every GPU it was tuned on (the H200 among them) every V4 shape and
+// step size gets a config that runs the shape, with decode-sized token tiles up to 256 tokens and the prefill tiles
+// from 4K; a GPU without entries falls back to the heuristic by rows per active expert (slots / E).
 TEST(MoeW4A8Gpu, DispatchTableByRoutedSlots) {
   const int shapes[][3] = {{384, 6144, 7168}, {384, 7168, 3072}, {256, 4096, 4096}, {256, 4096, 2048}};
-  for (const auto& sh : shapes)
-    for (int T = 1; T <= 32768; T = T < 64 ? T + 1 : T * 2) {
-      const int id = cuda::moe_w4a8_pick_config_for("NVIDIA H200", sh[0], sh[1], sh[2], 6 * T);
-      ASSERT_GE(id, 0);
-      const cuda::MoeW4A8Config& c = cuda::moe_w4a8_config(id);
-      EXPECT_TRUE(cuda::moe_w4a8_config_fits(id, sh[1], sh[2])) << c.name << " T " << T;
-      if (T <= 256) EXPECT_LE(c.block_tokens, 32) << c.name << " T " << T << " N " << sh[1];
-      if (T >= 4096) EXPECT_GE(c.block_tokens, 96) << c.name << " T " << T << " N " << sh[1];  // the prefill tiles
-      // A split (decode with skewed routing) puts the loaded experts on a wider tile than the main config's.
-      const cuda::MoeW4A8Split split = cuda::moe_w4a8_pick_split_for("NVIDIA H200", sh[0], sh[1], sh[2], 6 * T);
-      if (split.config >= 0) {
-        EXPECT_TRUE(cuda::moe_w4a8_config_fits(split.config, sh[1], sh[2])) << " T " << T;
-        EXPECT_GT(cuda::moe_w4a8_config(split.config).block_tokens, c.block_tokens) << " T " << T;
-        EXPECT_GE(split.rows, c.block_tokens) << " T " << T;
-        EXPECT_LT(T, 4096) << "a split at prefill sizes";
+  const std::vector<std::string> gpus = cuda::moe_w4a8_table_gpus();
+  EXPECT_NE(std::find(gpus.begin(), gpus.end(), "NVIDIA H200"), gpus.end());
+  for (const std::string& gpu : gpus) {
+    SCOPED_TRACE(gpu);
+    for (const auto& sh : shapes) {
+      EXPECT_TRUE(cuda::moe_w4a8_table_has(gpu.c_str(), sh[0], sh[1], sh[2]));
+      EXPECT_FALSE(cuda::moe_w4a8_table_has("other GPU", sh[0], sh[1], sh[2]));
+      for (int T = 1; T <= 32768; T = T < 64 ? T + 1 : T * 2) {
+        const int id = cuda::moe_w4a8_pick_config_for(gpu.c_str(), sh[0], sh[1], sh[2], 6 * T);
+        ASSERT_GE(id, 0);
+        const cuda::MoeW4A8Config& c = cuda::moe_w4a8_config(id);
+        EXPECT_TRUE(cuda::moe_w4a8_config_fits(id, sh[1], sh[2])) << c.name << " T " << T;
+        if (T <= 256) EXPECT_LE(c.block_tokens, 32) << c.name << " T " << T << " N " << sh[1];
+        if (T >= 4096) EXPECT_GE(c.block_tokens, 96) << c.name << " T " << T << " N " << sh[1];  // the prefill tiles
+        // A split (decode with skewed routing) puts the loaded experts on a wider tile than the main config's.
+        const cuda::MoeW4A8Split split = cuda::moe_w4a8_pick_split_for(gpu.c_str(), sh[0], sh[1], sh[2], 6 * T);
+        if (split.config >= 0) {
+          EXPECT_TRUE(cuda::moe_w4a8_config_fits(split.config, sh[1], sh[2])) << " T " << T;
+          EXPECT_GT(cuda::moe_w4a8_config(split.config).block_tokens, c.block_tokens) << " T " << T;
+          EXPECT_GE(split.rows, c.block_tokens) << " T " << T;
+          EXPECT_LT(T, 4096) << "a split at prefill sizes";
+        }
       }
     }
+  }
   auto name = [](int id) { return std::string(cuda::moe_w4a8_config(id).name); };
   EXPECT_EQ(name(cuda::moe_w4a8_pick_config_for("other GPU", 256, 4096, 4096, 6)), "bn8_wg1_g2_s5");
   EXPECT_EQ(name(cuda::moe_w4a8_pick_config_for("other GPU", 256, 4096, 4096, 6 * 600)), "bn16_wg1_g2_s4");

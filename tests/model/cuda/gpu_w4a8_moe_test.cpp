@@ -6,7 +6,12 @@
 // layer's expert or indexer top-k choice, and the logits then differ by as much as the formats' own effect.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/moe_w4a8.h"
 #include "model/checkpoint_edit.h"
 #include "model/fixture.h"
 #include "model/gpu_model.h"
@@ -49,6 +54,27 @@ TEST(GpuW4A8Moe, CheckpointNumericsTrackTheCpuReference) {
   // gate, compressors, indexer weights, head, wo_a) take it as three bf16 terms (0.0026 on the H200; two terms:
   // 0.011; wo_a on one and the rest on two: 0.039; docs/benchmarks/cuda-ops.md, tenth session).
   testing::expect_gpu_tracks_checkpoint_numerics(*model, 48, 5, 16, {32, 16, 8, 3, 1}, "w4a8");
+}
+
+// Without a GPU: what the model says at load about the W4A8 dispatch table. A V4 model's shapes on a GPU the table
+// was not tuned on are a warning naming the GPUs it was tuned on; a tuned one says nothing; shapes nobody tuned (the
+// test models) are a quiet notice.
+TEST(GpuW4A8Moe, DispatchTableNoticeAtLoad) {
+  const std::vector<std::string> gpus = cuda::moe_w4a8_table_gpus();
+  ASSERT_FALSE(gpus.empty());
+  bool warn = true;
+  for (const auto& [D, I] : {std::pair{4096, 2048}, std::pair{7168, 3072}}) {  // V4-Flash, V4-Pro
+    const int E = D == 4096 ? 256 : 384;
+    EXPECT_EQ(model::w4a8_table_notice(gpus[0], E, D, I, &warn), "");
+    EXPECT_FALSE(warn);
+    const std::string text = model::w4a8_table_notice("untuned GPU", E, D, I, &warn);
+    EXPECT_TRUE(warn) << text;
+    EXPECT_NE(text.find("'untuned GPU'"), std::string::npos) << text;
+    EXPECT_NE(text.find(gpus[0]), std::string::npos) << text;
+  }
+  const std::string text = model::w4a8_table_notice(gpus[0], 8, 256, 256, &warn);
+  EXPECT_FALSE(warn);
+  EXPECT_NE(text.find("heuristic"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""tools/w4a8_table_from_sweeps.py: a table from sweep logs in bench_gpu_moe_w4a8's format (picks worked out here by
+the tuner's rule), the GPU taken from the logs, and --merge keeping the other GPUs' blocks of a table file."""
+import os
+import subprocess
+import sys
+import tempfile
+
+TOOL = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "w4a8_table_from_sweeps.py")
+SHAPES = [("pro_w13", 384, 6144, 7168), ("pro_w2", 384, 7168, 3072), ("flash_w13", 256, 4096, 4096),
+          ("flash_w2", 256, 4096, 2048)]
+
+
+def run(*args):
+    r = subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True)
+    return r.returncode, r.stdout, r.stderr
+
+
+def sweep_log(path, gpu, times):
+    """A log with a `GPU:` line and one sweep line per (shape, routing, tokens); times(shape, routing, tokens) gives
+    the candidates' microseconds."""
+    with open(path, "w") as f:
+        if gpu:
+            f.write(f"GPU: {gpu}, 132 SMs, L2 50 MB\n")
+        for shape, *_ in SHAPES:
+            for tokens in (1, 4096):
+                for routing in ("uniform", "zipf"):
+                    phase = "decode" if tokens < 256 else "prefill"
+                    cells = " ".join(f"{c}={us:.2f}" for c, us in times(shape, routing, tokens).items())
+                    f.write(f"  sweep {shape} {phase} {routing} T={tokens}: {cells}\n")
+
+
+def entries(out, gpu):
+    return [line for line in out.splitlines() if line.startswith('{"%s"' % gpu)]
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        # Round 1 and round 2 of one GPU: each candidate's minimum counts. At one token "a" is fastest under uniform
+        # routing and "b" under Zipf; by the summed slowdowns (a: 1 + 1.5, b: 1.2 + 1) b wins. At 4096 tokens the split
+        # candidate wins in round 2 only, by its minimum.
+        def r1(shape, routing, tokens):
+            if tokens == 1:
+                return {"a": 10.0, "b": 12.0} if routing == "uniform" else {"a": 15.0, "b": 10.0}
+            return {"p": 100.0, "p+q>16": 120.0}
+
+        def r2(shape, routing, tokens):
+            if tokens == 1:
+                return {"a": 11.0, "b": 13.0} if routing == "uniform" else {"a": 16.0, "b": 11.0}
+            return {"p": 101.0, "p+q>16": 90.0}
+
+        sweep_log(os.path.join(d, "plain_1.log"), "NVIDIA H100 80GB HBM3", r1)
+        sweep_log(os.path.join(d, "plain_2.log"), "NVIDIA H100 80GB HBM3", r2)
+        rc, out, err = run(os.path.join(d, "plain_*.log"), "--date", "2026-12-05")
+        assert rc == 0, err
+        got = entries(out, "NVIDIA H100 80GB HBM3")
+        assert len(got) == 8, out
+        assert got[0] == '{"NVIDIA H100 80GB HBM3", 384, 6144, 7168, 6, "b", nullptr, 0},', got
+        assert got[1] == '{"NVIDIA H100 80GB HBM3", 384, 6144, 7168, INT_MAX, "p", "q", 16},', got
+        assert got[7] == '{"NVIDIA H100 80GB HBM3", 256, 4096, 2048, INT_MAX, "p", "q", 16},', got
+        assert '// GPU "NVIDIA H100 80GB HBM3": 2 plain sweeps, 0 --settled, 2026-12-05' in out.splitlines(), out
+
+        # --merge: the committed table's H200 block stays as it is, the new GPU's block follows it; merging again
+        # replaces that block instead of adding a second one.
+        table = os.path.join(os.path.dirname(__file__), "..", "..", "src", "kernels", "cuda",
+                             "moe_w4a8_dispatch_table.inc")
+        with open(table) as f:
+            committed = f.read().splitlines()
+        rc, merged, err = run(os.path.join(d, "plain_*.log"), "--merge", table)
+        assert rc == 0, err
+        lines = merged.splitlines()
+        h200 = [line for line in committed if line.startswith('{"NVIDIA H200"') or line.startswith('// GPU "NVIDIA H200"')]
+        assert len(h200) > 40 and lines[lines.index(h200[0]):lines.index(h200[0]) + len(h200)] == h200, merged
+        assert lines.index(h200[-1]) < lines.index(got[0]), merged
+        merged_file = os.path.join(d, "merged.inc")
+        with open(merged_file, "w") as f:
+            f.write(merged)
+        sweep_log(os.path.join(d, "again.log"), "NVIDIA H100 80GB HBM3", lambda *k: {"c": 1.0})
+        rc, again, err = run(os.path.join(d, "again.log"), "--merge", merged_file)
+        assert rc == 0, err
+        assert all(e.endswith(', "c", nullptr, 0},') for e in entries(again, "NVIDIA H100 80GB HBM3")), again
+        assert len(entries(again, "NVIDIA H100 80GB HBM3")) == 8, again
+        assert again.count('// GPU "NVIDIA H100 80GB HBM3"') == 1, again
+        assert entries(again, "NVIDIA H200") == entries(merged, "NVIDIA H200"), again
+
+        # The GPU: from the logs; logs of two GPUs, or none named and no --gpu, are refused.
+        sweep_log(os.path.join(d, "other.log"), "NVIDIA H200", r1)
+        rc, out, err = run(os.path.join(d, "plain_1.log"), os.path.join(d, "other.log"))
+        assert rc != 0 and "several GPUs" in err and "NVIDIA H200" in err, (rc, err)
+        sweep_log(os.path.join(d, "anon.log"), "", r1)
+        rc, out, err = run(os.path.join(d, "anon.log"))
+        assert rc != 0 and "pass --gpu" in err, (rc, err)
+        rc, out, err = run(os.path.join(d, "anon.log"), "--gpu", "NVIDIA H20")
+        assert rc == 0 and len(entries(out, "NVIDIA H20")) == 8, (rc, err, out)
+        rc, out, err = run(os.path.join(d, "plain_1.log"), "--gpu", "NVIDIA H20")
+        assert rc != 0 and "several GPUs" in err, (rc, err)
+    print("w4a8_table_from_sweeps_test: ok")
+
+
+if __name__ == "__main__":
+    main()
