@@ -1095,7 +1095,9 @@ const Launcher kLaunchers[] = {
     make_launcher<Cfg<96, 2, 1, 5, 1, true>>("bn96_wg2_g1_s5_pf"),
     // The 96-token tile with the most stages that fit (7: 61 KB of weights in flight against 43.5 KB). At 4K tokens
     // V4-Pro needs its weights streamed at ~87 % of the copy rate beside the line's arithmetic, and the five-stage
-    // ring holds at most ~1.5 us of an SM's share of that (moe-w4a8.md, fifty-third and sixty-first sessions).
+    // ring holds at most ~1.5 us of an SM's share of that (moe-w4a8.md, fifty-third section). Asking L2 for the
+    // stages ahead instead made those shapes 9-15 % slower (fifty-fifth section); this is the form without extra
+    // requests, for the tuner to time (sixty-first section).
     make_launcher<Cfg<96, 2, 1, 7, 1, true>>("bn96_wg2_g1_s7_pf"),
     make_launcher<Cfg<160, 2, 1, 4, 1, true>>("bn160_wg2_g1_s4_pf"),
     // 192 tokens as two sub-tiles of 96 that share each group's conversion (14 % fewer instructions than 128-token
