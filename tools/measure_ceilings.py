@@ -44,7 +44,7 @@ def read_tbs(dev):
     """A 1 GiB fp32 sum: reads only (the write is one scalar)."""
     x = torch.rand(1 << 28, dtype=torch.float32, device=dev)
     out = torch.empty((), dtype=torch.float32, device=dev)
-    return x.numel() * 4 / median_us(lambda: torch.sum(x, out=out)) / 1e6
+    return x.numel() * 4 / median_us(lambda: torch.sum(x, 0, out=out)) / 1e6
 
 
 def gemm_tflops(dev, dtype, n=8192):

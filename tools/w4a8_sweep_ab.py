@@ -33,16 +33,17 @@ def matches(files, pattern):
                     yield m
 
 
-def sweep_minima(files, key=lambda shape, phase, routing, tokens: (shape, phase, routing, tokens)):
-    """{key: {config: min us}} over the sweep lines of `files`; key(shape, phase, routing, tokens) None skips a line."""
-    best = collections.defaultdict(dict)
+def sweep_minima(files, key=lambda shape, phase, routing, tokens: (shape, phase, routing, tokens), reduce=min):
+    """{key: {config: min us}} over the sweep lines of `files` (reduce: how a config's times over the files combine,
+    min by default); key(shape, phase, routing, tokens) None skips a line."""
+    times = collections.defaultdict(lambda: collections.defaultdict(list))
     for m in matches(files, SWEEP):
         k = key(m.group(1), m.group(2), m.group(3), int(m.group(4)))
         if k is None:
             continue
         for cfg, us in ENTRY.findall(m.group(5)):
-            best[k][cfg] = min(float(us), best[k].get(cfg, float('inf')))
-    return best
+            times[k][cfg].append(float(us))
+    return collections.defaultdict(dict, {k: {c: reduce(v) for c, v in t.items()} for k, t in times.items()})
 
 
 def files_of(pattern):

@@ -3,9 +3,9 @@
 
 `bench_gpu_moe_w4a8 --tune FILE` writes the table from one sweep, and one sweep's picks move with the few-percent
 noise between repeats. This reads the `sweep SHAPE PHASE ROUTING T=N: candidate=us ...` lines of several such runs
-(e.g. two or three in one device call), takes each candidate's minimum over the runs and picks per (shape, token
-count) by the tuner's own rule: the smallest sum over routings of min(time / that routing's best, 100), a candidate
-missing from a routing counting 100. Candidates are configs or splits ("config+split_config>rows"). Prints the table
+(e.g. two or three in one device call), takes each candidate's minimum (--stat median: median) over the runs and
+picks per (shape, token count) by the tuner's own rule: the smallest sum over routings of min(time / that routing's
+best, 100), a candidate missing from a routing counting 100. Candidates are configs or splits ("config+split_config>rows"). Prints the table
 in src/kernels/cuda/moe_w4a8_dispatch_table.inc's format: one block per GPU, opened by a `// GPU "NAME": ...` line.
 
 The GPU is the one the logs name (their `GPU: NAME, N SMs` line; all must name the same one), or --gpu for logs
@@ -27,6 +27,7 @@ import argparse
 import collections
 import glob
 import re
+import statistics
 import sys
 
 from w4a8_sweep_ab import matches, sweep_minima
@@ -36,10 +37,10 @@ SHAPES = [("pro_w13", 384, 6144, 7168), ("pro_w2", 384, 7168, 3072), ("flash_w13
           ("flash_w2", 256, 4096, 2048)]  # bench_gpu_moe_w4a8.cu's kShapes, in its order
 
 
-def minima(files, keep=lambda slots: True):
-    """(shape, slots, routing) -> {candidate: min us}, for the slot counts `keep` accepts."""
+def minima(files, keep=lambda slots: True, reduce=min):
+    """(shape, slots, routing) -> {candidate: min (or reduce) us}, for the slot counts `keep` accepts."""
     return sweep_minima(files, lambda shape, phase, routing, tokens:
-                        (shape, tokens * TOPK, routing) if keep(tokens * TOPK) else None)
+                        (shape, tokens * TOPK, routing) if keep(tokens * TOPK) else None, reduce)
 
 
 def pick(per_routing):
@@ -108,6 +109,8 @@ def main():
     ap.add_argument('--settled-max-slots', type=int, default=256)
     ap.add_argument('--merge', default='', help='a table file whose other GPUs\' blocks to keep')
     ap.add_argument('--date', default='', help='the date the sweeps ran, for the block\'s first line')
+    ap.add_argument('--stat', choices=('min', 'median'), default='min',
+                    help="how a candidate's times over the sweeps combine")
     args = ap.parse_args()
     files = sorted({f for pattern in args.logs for f in glob.glob(pattern)})
     settled = sorted(glob.glob(args.settled)) if args.settled else []
@@ -115,15 +118,18 @@ def main():
         sys.exit('w4a8_table_from_sweeps: no log matches')
     gpu = gpu_of(files + settled, args.gpu)
     cut = args.settled_max_slots
+    reduce = min if args.stat == 'min' else statistics.median
     if settled:
-        best = minima(files, lambda slots: slots > cut)
-        best.update(minima(settled, lambda slots: slots <= cut))
+        best = minima(files, lambda slots: slots > cut, reduce)
+        best.update(minima(settled, lambda slots: slots <= cut, reduce))
     else:
-        best = minima(files)
+        best = minima(files, reduce=reduce)
     plural = 's' if len(files) != 1 else ''
     about = f'// GPU "{gpu}": {len(files)} plain sweep{plural}, {len(settled)} --settled'
     if settled:
         about += f' (the entries up to {cut} slots: the decode chain launches them settled)'
+    if args.stat != 'min':
+        about += f', each candidate\'s {args.stat} over them'
     block = [about + (', ' + args.date if args.date else '')]
     for shape, E, N, K in SHAPES:
         slots = sorted({s for (sh, s, _) in best if sh == shape})

@@ -83,6 +83,15 @@ def main():
         assert again.count('// GPU "NVIDIA H100 80GB HBM3"') == 1, again
         assert entries(again, "NVIDIA H200") == entries(merged, "NVIDIA H200"), again
 
+        # --stat median: one lucky run of "x" (5 us against 10) makes it the minima's pick; the medians pick "y" (8).
+        for i, x_us in enumerate((5.0, 10.0, 10.0)):
+            sweep_log(os.path.join(d, f"lucky_{i}.log"), "NVIDIA H100 80GB HBM3", lambda *k, x=x_us: {"x": x, "y": 8.0})
+        rc, out, err = run(os.path.join(d, "lucky_*.log"))
+        assert rc == 0 and all(e.endswith(', "x", nullptr, 0},') for e in entries(out, "NVIDIA H100 80GB HBM3")), out
+        rc, out, err = run(os.path.join(d, "lucky_*.log"), "--stat", "median")
+        assert rc == 0 and all(e.endswith(', "y", nullptr, 0},') for e in entries(out, "NVIDIA H100 80GB HBM3")), out
+        assert "each candidate's median over them" in out, out
+
         # The GPU: from the logs; logs of two GPUs, or none named and no --gpu, are refused.
         sweep_log(os.path.join(d, "other.log"), "NVIDIA H200", r1)
         rc, out, err = run(os.path.join(d, "plain_1.log"), os.path.join(d, "other.log"))
