@@ -2,13 +2,14 @@
 # On the GPU machine (device tool), after scripts/device-prepare.sh here: tune the W4A8 dispatch table for the GPU
 # that runs it. ROUNDS plain sweeps (`bench_gpu_moe_w4a8 --tune`: decode 1-256 tokens and prefill 4K-32K, every
 # config for every shape and routing) alternate with ROUNDS --settled ones (decode 1-32 tokens, launched as the
-# engine's decode chain launches them); tools/w4a8_table_from_sweeps.py takes each candidate's minimum over them and
+# engine's decode chain launches them); tools/w4a8_table_from_sweeps.py takes each candidate's median over them (the
+# minimum picked one lucky call's times on an H100, moe-w4a8.md, sixty-first session) and
 # merges this GPU's block into the committed table: $OUT/moe_w4a8_dispatch_table.inc, the other GPUs' blocks as they
 # are. Back on the CPU machine: copy that file over src/kernels/cuda/moe_w4a8_dispatch_table.inc and rebuild
 # (MoeW4A8Gpu.DispatchTableByRoutedSlots checks every GPU's block). Without an entry for its GPU the engine takes the
 # heuristic's configs and says so at load.
-# Usage: bash scripts/device-w4a8-tune.sh --prebuilt DIR|FILE.tar.xz [--rounds N]   (N = 2; a plain sweep took
-#        31-52 s on an H200, docs/benchmarks/moe-w4a8.md)
+# Usage: bash scripts/device-w4a8-tune.sh --prebuilt DIR|FILE.tar.xz [--rounds N]   (N = 3; a plain sweep takes
+#        ~42 s and a settled one ~6 s on an H100, 31-52 s plain on an H200: docs/benchmarks/moe-w4a8.md)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$PWD/device-out}
@@ -16,7 +17,7 @@ mkdir -p "$OUT"
 if [ "${1:-}" != "--prebuilt" ]; then echo "usage: $0 --prebuilt DIR|FILE.tar.xz [--rounds N]" >&2; exit 2; fi
 PREBUILT=$2
 shift 2
-ROUNDS=2
+ROUNDS=3
 if [ "${1:-}" = "--rounds" ]; then ROUNDS=$2; shift 2; fi
 # shellcheck source=scripts/prebuilt-env.sh
 source scripts/prebuilt-env.sh
@@ -36,7 +37,8 @@ for ((r = 1; r <= ROUNDS; ++r)); do
 done
 rm -f "$OUT"/table_*.inc  # the merged table below replaces the single-run ones
 if [ $failed = 0 ]; then
-  python3 tools/w4a8_table_from_sweeps.py --date "$(date -u +%F)" --merge src/kernels/cuda/moe_w4a8_dispatch_table.inc \
+  python3 tools/w4a8_table_from_sweeps.py --stat median --date "$(date -u +%F)" \
+    --merge src/kernels/cuda/moe_w4a8_dispatch_table.inc \
     --settled "$OUT/tune_settled.r*.log" "$OUT/tune_plain.r*.log" >"$OUT/moe_w4a8_dispatch_table.inc"
   rc=$?
   echo "w4a8_table_from_sweeps: rc=$rc"
