@@ -1,13 +1,12 @@
 #include "bench/gpu_ceilings.h"
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_file.h"
 
 namespace moeserve::bench {
 
@@ -25,19 +24,8 @@ std::string text_field(const nlohmann::json& entry, const char* field, const std
   return entry[field].get<std::string>();
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  check(bool(in), "cannot read the GPU ceilings file {}", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-}  // namespace
-
-std::vector<GpuCeilings> parse_gpu_ceilings(const std::string& json_text, const std::string& origin) {
-  const auto doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  check(!doc.is_discarded(), "{}: not valid JSON", origin);
+// The entries of a parsed ceilings document (origin names it in errors).
+std::vector<GpuCeilings> entries_of(const nlohmann::json& doc, const std::string& origin) {
   check(doc.is_object() && doc.contains("gpus") && doc["gpus"].is_array(), "{}: expected an object with a 'gpus' array",
         origin);
   std::vector<GpuCeilings> entries;
@@ -57,6 +45,18 @@ std::vector<GpuCeilings> parse_gpu_ceilings(const std::string& json_text, const 
   return entries;
 }
 
+std::vector<GpuCeilings> read_gpu_ceilings(const std::string& path) {
+  return entries_of(io::read_json_file(path, "GPU ceilings file"), path);
+}
+
+}  // namespace
+
+std::vector<GpuCeilings> parse_gpu_ceilings(const std::string& json_text, const std::string& origin) {
+  const auto doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  check(!doc.is_discarded(), "{}: not valid JSON", origin);
+  return entries_of(doc, origin);
+}
+
 CeilingsChoice choose_gpu_ceilings(const std::vector<GpuCeilings>& entries, const std::string& gpu_name) {
   for (const auto& e : entries)
     if (gpu_name.find(e.match) != std::string::npos) return {e, true};
@@ -68,9 +68,8 @@ CeilingsChoice choose_gpu_ceilings(const std::vector<GpuCeilings>& entries, cons
 CeilingsChoice load_gpu_ceilings(const std::string& gpu_name) {
   std::vector<GpuCeilings> entries;
   if (const char* path = std::getenv("MOESERVE_CEILINGS"); path && *path)
-    entries = parse_gpu_ceilings(read_file(path), path);
-  const std::string committed = std::string(MOESERVE_SOURCE_DIR) + "/bench/ceilings.json";
-  const auto more = parse_gpu_ceilings(read_file(committed), committed);
+    entries = read_gpu_ceilings(path);
+  const auto more = read_gpu_ceilings(std::string(MOESERVE_SOURCE_DIR) + "/bench/ceilings.json");
   entries.insert(entries.end(), more.begin(), more.end());
   return choose_gpu_ceilings(entries, gpu_name);
 }
