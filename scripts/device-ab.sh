@@ -11,18 +11,14 @@
 #   MOESERVE_LAYER_BATCHES=1 in the environment times batch 1 only (a round of five configs then takes seconds).
 #   Prints each config's runs and median; logs under $OUT.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/device-out}
-mkdir -p "$OUT"
-if [ "${1:-}" != "--prebuilt" ]; then echo "usage: $0 --prebuilt DIR|FILE.tar.xz [--rounds N] CONFIG..." >&2; exit 2; fi
-PREBUILT=$2
+cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=scripts/prebuilt-env.sh
+source scripts/prebuilt-env.sh
+device_script_start "--prebuilt DIR|FILE.tar.xz [--rounds N] CONFIG..." "$@"
 shift 2
 ROUNDS=3
 if [ "${1:-}" = "--rounds" ]; then ROUNDS=$2; shift 2; fi
 if [ $# -eq 0 ]; then set -- base; fi
-# shellcheck source=scripts/prebuilt-env.sh
-source scripts/prebuilt-env.sh
-use_prebuilt "$PREBUILT"
 
 # shellcheck source=scripts/gpu-clocks.sh
 source scripts/gpu-clocks.sh

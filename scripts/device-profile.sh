@@ -19,15 +19,11 @@
 # The Nsight Systems CLI bundled with Nsight Compute records a .qdstrm; its QdstrmImporter needs libdw/libelf,
 # which device-prepare.sh packs beside the binaries.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/device-out}
-mkdir -p "$OUT"
-if [ "${1:-}" != "--prebuilt" ]; then echo "usage: $0 --prebuilt DIR|FILE.tar.xz WHAT..." >&2; exit 2; fi
-PREBUILT=$2
-shift 2
+cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=scripts/prebuilt-env.sh
 source scripts/prebuilt-env.sh
-use_prebuilt "$PREBUILT"
+device_script_start "--prebuilt DIR|FILE.tar.xz WHAT..." "$@"
+shift 2
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 NSYS_HOME=$(ls -d /opt/nvidia/nsight-compute/*/host 2>/dev/null | tail -1)
 NSYS=$NSYS_HOME/target-linux-x64/nsys

@@ -12,18 +12,11 @@
 #   Needs a Firecracker machine: on gVisor compute-sanitizer refuses the device (library's KINDS.md).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-OUT=${OUT:-$PWD/device-out}
-mkdir -p "$OUT"
-if [ "${1:-}" != "--prebuilt" ] || [ $# -lt 2 ]; then
-  echo "usage: $0 --prebuilt DIR|FILE.tar.xz [TOOL=GTEST_FILTER ...]" >&2
-  exit 2
-fi
-PREBUILT=$2
-shift 2
-export NCCL_NVLS_ENABLE=0
 # shellcheck source=scripts/prebuilt-env.sh
 source scripts/prebuilt-env.sh
-use_prebuilt "$PREBUILT"
+device_script_start "--prebuilt DIR|FILE.tar.xz [TOOL=GTEST_FILTER ...]" "$@"
+shift 2
+export NCCL_NVLS_ENABLE=0
 TEST_BIN=${SANITIZE_BINARY:-test_gpu}  # e.g. test_gpu_NAME of a VARIANTS build
 [ -x "$BIN/$TEST_BIN" ] || { echo "device-sanitize: no $TEST_BIN in $BIN" >&2; exit 1; }
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

@@ -8,19 +8,13 @@
 #   bash scripts/device-sass.sh --prebuilt .device-bin.tar.xz --match moe_w4a8_gemm bench_gpu_moe_w4a8_base bench_gpu_moe_w4a8
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-OUT=${OUT:-$PWD/device-out}
-mkdir -p "$OUT"
-if [ "${1:-}" != "--prebuilt" ] || [ $# -lt 3 ]; then
-  echo "usage: $0 --prebuilt DIR|FILE.tar.xz [--match REGEX] BINARY [BINARY]" >&2
-  exit 2
-fi
-PREBUILT=$2
+# shellcheck source=scripts/prebuilt-env.sh
+source scripts/prebuilt-env.sh
+device_script_start "--prebuilt DIR|FILE.tar.xz [--match REGEX] BINARY [BINARY]" "$@"
 shift 2
 MATCH=.
 if [ "${1:-}" = "--match" ]; then MATCH=$2; shift 2; fi
-# shellcheck source=scripts/prebuilt-env.sh
-source scripts/prebuilt-env.sh
-use_prebuilt "$PREBUILT"
+if [ $# -lt 1 ]; then echo "device-sass: name a binary" >&2; exit 2; fi
 CUOBJDUMP=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
 dumps=()
 for b in "$@"; do

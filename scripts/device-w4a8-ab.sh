@@ -13,10 +13,9 @@
 #   binary under the environment settings given (the name in the tables is the whole entry). Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-OUT=${OUT:-$PWD/device-out}
-mkdir -p "$OUT"
-if [ "${1:-}" != "--prebuilt" ]; then echo "usage: $0 --prebuilt DIR|FILE.tar.xz [--rounds N] [-- ARGS... @] BINARY..." >&2; exit 2; fi
-PREBUILT=$2
+# shellcheck source=scripts/prebuilt-env.sh
+source scripts/prebuilt-env.sh
+device_script_start "--prebuilt DIR|FILE.tar.xz [--rounds N] [-- ARGS... @] BINARY..." "$@"
 shift 2
 ROUNDS=2 ROUTING=uniform PICKS=""
 while [ $# -gt 0 ]; do
@@ -34,9 +33,6 @@ if [[ " $* " == *" @ "* ]]; then
   shift
 fi
 if [ $# -lt 2 ]; then echo "device-w4a8-ab: name at least two builds (the first is the baseline)" >&2; exit 2; fi
-# shellcheck source=scripts/prebuilt-env.sh
-source scripts/prebuilt-env.sh
-use_prebuilt "$PREBUILT"
 slug() { echo "$1" | tr -c 'A-Za-z0-9_\n' '_'; }
 for ((r = 1; r <= ROUNDS; ++r)); do
   for entry in "$@"; do

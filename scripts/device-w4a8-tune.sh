@@ -12,16 +12,12 @@
 #        ~42 s and a settled one ~6 s on an H100, 31-52 s plain on an H200: docs/benchmarks/moe-w4a8.md)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-OUT=${OUT:-$PWD/device-out}
-mkdir -p "$OUT"
-if [ "${1:-}" != "--prebuilt" ]; then echo "usage: $0 --prebuilt DIR|FILE.tar.xz [--rounds N]" >&2; exit 2; fi
-PREBUILT=$2
+# shellcheck source=scripts/prebuilt-env.sh
+source scripts/prebuilt-env.sh
+device_script_start "--prebuilt DIR|FILE.tar.xz [--rounds N]" "$@"
 shift 2
 ROUNDS=3
 if [ "${1:-}" = "--rounds" ]; then ROUNDS=$2; shift 2; fi
-# shellcheck source=scripts/prebuilt-env.sh
-source scripts/prebuilt-env.sh
-use_prebuilt "$PREBUILT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 failed=0
 for ((r = 1; r <= ROUNDS; ++r)); do
