@@ -16,8 +16,9 @@ COMMITTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benc
 FIGURES = ("copy_tbs", "bf16_tflops", "fp8_tflops", "fp32_simt_tflops")
 
 
-def entries_of(path):
-    """The file's entries, checked as the C++ loader checks them (ValueError naming the file, entry and field)."""
+def document_of(path):
+    """The file's document, its entries checked as the C++ loader checks them (ValueError naming the file, entry and
+    field)."""
     with open(path) as f:
         doc = json.load(f)
     if not isinstance(doc, dict) or not isinstance(doc.get("gpus"), list):
@@ -30,7 +31,11 @@ def entries_of(path):
             v = e.get(field)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
                 raise ValueError(f"{path}: gpus[{i}]: field '{field}' must be a positive number")
-    return doc["gpus"]
+    return doc
+
+
+def entries_of(path):
+    return document_of(path)["gpus"]
 
 
 def ceilings_for(gpu_name):
@@ -54,9 +59,7 @@ def describe(c):
 def commit(path, committed=COMMITTED):
     """FILE's entries into the committed file, in place of those with the same match string."""
     new = entries_of(path)
-    entries_of(committed)
-    with open(committed) as f:
-        doc = json.load(f)
+    doc = document_of(committed)
     doc["gpus"] = [e for e in doc["gpus"] if e["match"] not in {n["match"] for n in new}] + new
     with open(committed, "w") as f:
         json.dump(doc, f, indent=1)
