@@ -26,6 +26,7 @@ Usage: python3 tools/w4a8_table_from_sweeps.py [--gpu NAME] [--settled 'OUT/sett
 import argparse
 import collections
 import glob
+import math
 import re
 import statistics
 import sys
@@ -70,6 +71,7 @@ HEADER = [
 GPU_LINE = re.compile(r'GPU: (.+), \d+ SMs')
 BLOCK = re.compile(r'// GPU "([^"]+)"')
 ENTRY_GPU = re.compile(r'\{"([^"]+)", ')
+TABLE_ENTRY = re.compile(r'\{"([^"]+)", (\d+), (\d+), (\d+), (\w+), "([^"]+)", (?:nullptr|"([^"]+)"), (\d+)\},')
 
 
 def gpu_of(files, override):
@@ -99,6 +101,36 @@ def blocks_of(path):
             else:
                 lines.append(line)
     return blocks
+
+
+def old_picks(lines):
+    """A block's entries as {(E, N, K): [(largest slots, candidate)]}, in the table's order."""
+    picks = collections.defaultdict(list)
+    for line in lines:
+        m = TABLE_ENTRY.match(line)
+        if m:
+            _, E, N, K, bound, config, split, rows = m.groups()
+            candidate = config if split is None else f'{config}+{split}>{rows}'
+            picks[(int(E), int(N), int(K))].append((sys.maxsize if bound == 'INT_MAX' else int(bound), candidate))
+    return picks
+
+
+def report_changes(changes, stat):
+    """stderr: the keys whose pick moves, and the geomean over all keys of new / old (summed over routings)."""
+    ratios = []
+    for key, old_c, new_c, per_routing in changes:
+        if not all(old_c in t for t in per_routing):
+            print(f'{key}: old pick {old_c} not in these sweeps', file=sys.stderr)
+            continue
+        old_us, new_us = (sum(t[c] for t in per_routing) for c in (old_c, new_c))
+        ratios.append(new_us / old_us)
+        if old_c != new_c:
+            print(f'{key}: {old_c} {old_us:.2f} us -> {new_c} {new_us:.2f} us ({new_us / old_us:.3f})', file=sys.stderr)
+    if ratios:
+        geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        moved = sum(1 for _, o, n, _ in changes if o != n)
+        print(f'{moved} of {len(changes)} picks move; new / old over {len(ratios)} keys by these sweeps\' {stat}s '
+              f'(chosen on them, so flattering): {geomean:.3f}', file=sys.stderr)
 
 
 def main():
@@ -131,6 +163,9 @@ def main():
     if args.stat != 'min':
         about += f', each candidate\'s {args.stat} over them'
     block = [about + (', ' + args.date if args.date else '')]
+    blocks = blocks_of(args.merge) if args.merge else collections.OrderedDict()
+    old = old_picks(blocks.get(gpu, []))
+    changes = []
     for shape, E, N, K in SHAPES:
         slots = sorted({s for (sh, s, _) in best if sh == shape})
         if not slots:
@@ -138,8 +173,12 @@ def main():
         for i, s in enumerate(slots):
             per_routing = [t for (sh, sl, _), t in sorted(best.items()) if sh == shape and sl == s and t]
             bound = 'INT_MAX' if i + 1 == len(slots) else str(s)
-            block.append(f'{{"{gpu}", {E}, {N}, {K}, {bound}, {entry(pick(per_routing))}}},')
-    blocks = blocks_of(args.merge) if args.merge else collections.OrderedDict()
+            new = pick(per_routing)
+            block.append(f'{{"{gpu}", {E}, {N}, {K}, {bound}, {entry(new)}}},')
+            was = next((c for largest, c in old.get((E, N, K), []) if s <= largest), None)
+            if was:
+                changes.append((f'{shape} {s} slots', was, new, per_routing))
+    report_changes(changes, args.stat)
     blocks[gpu] = block
     print('\n'.join(HEADER + [line for lines in blocks.values() for line in lines]))
 

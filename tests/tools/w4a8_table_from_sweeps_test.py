@@ -82,6 +82,18 @@ def main():
         assert len(entries(again, "NVIDIA H100 80GB HBM3")) == 8, again
         assert again.count('// GPU "NVIDIA H100 80GB HBM3"') == 1, again
         assert entries(again, "NVIDIA H200") == entries(merged, "NVIDIA H200"), again
+        assert "old pick b not in these sweeps" in err, err  # again.log timed only "c"
+
+        # What the re-tune changes (stderr): the merged block picked b at one token and p+q>16 at 4096; new sweeps
+        # where c is fastest move all 8 keys: 2 x 6 us against 2 x 9 (b) and 2 x 12 (p+q>16), geomean 0.577.
+        sweep_log(os.path.join(d, "moved.log"), "NVIDIA H100 80GB HBM3", lambda *k: {"b": 9.0, "p+q>16": 12.0, "c": 6.0})
+        rc, out, err = run(os.path.join(d, "moved.log"), "--merge", merged_file)
+        assert rc == 0, err
+        assert "pro_w13 6 slots: b 18.00 us -> c 12.00 us (0.667)" in err, err
+        assert "pro_w2 24576 slots: p+q>16 24.00 us -> c 12.00 us (0.500)" in err, err
+        assert "8 of 8 picks move; new / old over 8 keys" in err and ": 0.577" in err, err
+        rc, out, err = run(os.path.join(d, "moved.log"))
+        assert rc == 0 and "picks move" not in err, err  # no table, nothing to compare
 
         # --stat median: one lucky run of "x" (5 us against 10) makes it the minima's pick; the medians pick "y" (8).
         for i, x_us in enumerate((5.0, 10.0, 10.0)):
