@@ -33,6 +33,11 @@ if [[ " $* " == *" @ "* ]]; then
   shift
 fi
 if [ $# -lt 2 ]; then echo "device-w4a8-ab: name at least two builds (the first is the baseline)" >&2; exit 2; fi
+# Each entry's logs are named after it, so an entry named twice would compare one set of logs with itself.
+if [ "$(printf '%s\n' "$@" | sort | uniq -d)" ]; then
+  echo "device-w4a8-ab: an entry is named twice; for one binary under two settings name it as BIN and BIN=ENV=V" >&2
+  exit 2
+fi
 slug() { echo "$1" | tr -c 'A-Za-z0-9_\n' '_'; }
 for ((r = 1; r <= ROUNDS; ++r)); do
   for entry in "$@"; do
