@@ -52,10 +52,10 @@ def main():
         assert use_measured(good, "NVIDIA H200")[0] == 1  # the committed entry stands
         assert use_measured(good, "NVIDIA A100-SXM4-80GB")[0] == 1  # the measurement is another card's
         # A card with a committed entry of its own (the H100's, measured in the sixty-first session) keeps it.
-        if any(e["match"] == "NVIDIA H100 80GB HBM3" for e in committed):
-            assert gpu_ceilings.ceilings_for("NVIDIA H100 80GB HBM3")["match"] == "NVIDIA H100 80GB HBM3"
-            h100 = measured(tmp, match="NVIDIA H100 80GB HBM3")
-            assert use_measured(h100, "NVIDIA H100 80GB HBM3")[0] == 1
+        assert any(e["match"] == "NVIDIA H100 80GB HBM3" for e in committed), committed
+        assert gpu_ceilings.ceilings_for("NVIDIA H100 80GB HBM3")["match"] == "NVIDIA H100 80GB HBM3"
+        h100 = measured(tmp, match="NVIDIA H100 80GB HBM3")
+        assert use_measured(h100, "NVIDIA H100 80GB HBM3")[0] == 1
         rc, err = use_measured(measured(tmp, fp8_tflops=0), CARD)
         assert rc == 1 and "gpus[0]: field 'fp8_tflops' must be a positive number" in err, err
         rc, err = use_measured(measured(tmp, source=""), CARD)
