@@ -1093,12 +1093,8 @@ const Launcher kLaunchers[] = {
     // at 4K tokens: 8-16 % faster than 128 or 64), 160 spreads each group's conversion over more tokens (V4-Flash W2
     // at 32K: 5 %). 192 tokens without the second fragment set spilled and never won; not kept.
     make_launcher<Cfg<96, 2, 1, 5, 1, true>>("bn96_wg2_g1_s5_pf"),
-    // The 96-token tile with the most stages that fit (7: 61 KB of weights in flight against 43.5 KB). At 4K tokens
-    // V4-Pro needs its weights streamed at ~87 % of the copy rate beside the line's arithmetic, and the five-stage
-    // ring holds at most ~1.5 us of an SM's share of that (moe-w4a8.md, fifty-third section). Asking L2 for the
-    // stages ahead instead made those shapes 9-15 % slower (fifty-fifth section); this is the form without extra
-    // requests, for the tuner to time (sixty-first section).
-    make_launcher<Cfg<96, 2, 1, 7, 1, true>>("bn96_wg2_g1_s7_pf"),
+    // (A 96-token tile with 7 stages, 61 KB of weights in flight, was never picked by the H100's or the H200's
+    // sweeps; dropped in the sixty-third session, moe-w4a8.md.)
     make_launcher<Cfg<160, 2, 1, 4, 1, true>>("bn160_wg2_g1_s4_pf"),
     // 192 tokens as two sub-tiles of 96 that share each group's conversion (14 % fewer instructions than 128-token
     // tiles; a tile's empty second sub-tile issues nothing): V4-Pro from 32K tokens (thirty-ninth session,
