@@ -17,7 +17,11 @@ moe_route_gather_max_slots() routed slots (256; GpuModel::moe_mxfp4), so entries
 these sweeps and the others from the plain ones.
 
 --merge TABLE: print TABLE with this GPU's block replaced by the new one (or added after the others), the other
-GPUs' blocks as they are; scripts/device-w4a8-tune.sh does this on the GPU machine.
+GPUs' blocks as they are; scripts/device-w4a8-tune.sh does this on the GPU machine. When TABLE has a block for this
+GPU, stderr says which picks move and by how much in these sweeps (flattering: the new picks were chosen on them),
+and, with two sweeps or more of each kind, a held-out figure that is not: each sweep in turn is left out, the picks
+are made from the others, and the new and old picks are timed in the one left out (plain and --settled sweeps are
+left out in pairs, by their order).
 
 Usage: python3 tools/w4a8_table_from_sweeps.py [--gpu NAME] [--settled 'OUT/settled*.log'] [--settled-max-slots 256]
                                                [--merge src/kernels/cuda/moe_w4a8_dispatch_table.inc]
@@ -115,6 +119,56 @@ def old_picks(lines):
     return picks
 
 
+def combined(files, settled, cut, reduce):
+    """(shape, slots, routing) -> {candidate: us}: entries up to `cut` slots from the settled sweeps when given."""
+    if not settled:
+        return minima(files, reduce=reduce)
+    best = minima(files, lambda slots: slots > cut, reduce)
+    best.update(minima(settled, lambda slots: slots <= cut, reduce))
+    return best
+
+
+def table_picks(best):
+    """Per shape (SHAPES' order) and swept slot count: (shape, E, N, K, slots, is_last, pick, per_routing times)."""
+    for shape, E, N, K in SHAPES:
+        slots = sorted({s for (sh, s, _) in best if sh == shape})
+        if not slots:
+            sys.exit(f'w4a8_table_from_sweeps: no sweep of {shape}')
+        for i, s in enumerate(slots):
+            per_routing = [t for (sh, sl, _), t in sorted(best.items()) if sh == shape and sl == s and t]
+            yield shape, E, N, K, s, i + 1 == len(slots), pick(per_routing), per_routing
+
+
+def old_pick(old, E, N, K, slots):
+    """The old block's candidate for this many routed slots (its first entry that covers them), or None."""
+    return next((c for largest, c in old.get((E, N, K), []) if slots <= largest), None)
+
+
+def report_held_out(files, settled, cut, reduce, old):
+    """stderr: for each sweep left out in turn, the picks made from the other sweeps against the old picks, both timed
+    in the sweep left out (new / old summed over routings, geomean over keys): an estimate not flattered by the
+    choice. Needs two sweeps or more, and as many settled sweeps as plain ones when there are any."""
+    if len(files) < 2 or (settled and len(settled) != len(files)):
+        print('held out: needs two sweeps or more of each kind, as many --settled as plain', file=sys.stderr)
+        return
+    ratios, worst = [], (0.0, '')
+    for i in range(len(files)):
+        chosen = combined(files[:i] + files[i + 1:], settled[:i] + settled[i + 1:], cut, reduce)
+        left_out = combined(files[i:i + 1], settled[i:i + 1], cut, min)
+        for shape, E, N, K, s, _, new, _ in table_picks(chosen):
+            was = old_pick(old, E, N, K, s)
+            times = [t for (sh, sl, _), t in sorted(left_out.items()) if sh == shape and sl == s and t]
+            if not was or not times or not all(was in t and new in t for t in times):
+                continue
+            ratio = sum(t[new] for t in times) / sum(t[was] for t in times)
+            ratios.append(ratio)
+            worst = max(worst, (ratio, f'{shape} {s} slots ({was} -> {new})'))
+    if ratios:
+        geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        print(f'held out: picks made without one sweep, timed in it, new / old over {len(ratios)} (sweep, key) pairs: '
+              f'{geomean:.3f}; worst {worst[0]:.3f} at {worst[1]}', file=sys.stderr)
+
+
 def report_changes(changes, stat):
     """stderr: the keys whose pick moves, and the geomean over all keys of new / old (summed over routings)."""
     ratios = []
@@ -151,11 +205,7 @@ def main():
     gpu = gpu_of(files + settled, args.gpu)
     cut = args.settled_max_slots
     reduce = min if args.stat == 'min' else statistics.median
-    if settled:
-        best = minima(files, lambda slots: slots > cut, reduce)
-        best.update(minima(settled, lambda slots: slots <= cut, reduce))
-    else:
-        best = minima(files, reduce=reduce)
+    best = combined(files, settled, cut, reduce)
     plural = 's' if len(files) != 1 else ''
     about = f'// GPU "{gpu}": {len(files)} plain sweep{plural}, {len(settled)} --settled'
     if settled:
@@ -166,19 +216,15 @@ def main():
     blocks = blocks_of(args.merge) if args.merge else collections.OrderedDict()
     old = old_picks(blocks.get(gpu, []))
     changes = []
-    for shape, E, N, K in SHAPES:
-        slots = sorted({s for (sh, s, _) in best if sh == shape})
-        if not slots:
-            sys.exit(f'w4a8_table_from_sweeps: no sweep of {shape}')
-        for i, s in enumerate(slots):
-            per_routing = [t for (sh, sl, _), t in sorted(best.items()) if sh == shape and sl == s and t]
-            bound = 'INT_MAX' if i + 1 == len(slots) else str(s)
-            new = pick(per_routing)
-            block.append(f'{{"{gpu}", {E}, {N}, {K}, {bound}, {entry(new)}}},')
-            was = next((c for largest, c in old.get((E, N, K), []) if s <= largest), None)
-            if was:
-                changes.append((f'{shape} {s} slots', was, new, per_routing))
+    for shape, E, N, K, s, last, new, per_routing in table_picks(best):
+        bound = 'INT_MAX' if last else str(s)
+        block.append(f'{{"{gpu}", {E}, {N}, {K}, {bound}, {entry(new)}}},')
+        was = old_pick(old, E, N, K, s)
+        if was:
+            changes.append((f'{shape} {s} slots', was, new, per_routing))
     report_changes(changes, args.stat)
+    if old:
+        report_held_out(files, settled, cut, reduce, old)
     blocks[gpu] = block
     print('\n'.join(HEADER + [line for lines in blocks.values() for line in lines]))
 

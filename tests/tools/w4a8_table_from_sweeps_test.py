@@ -94,6 +94,25 @@ def main():
         assert "8 of 8 picks move; new / old over 8 keys" in err and ": 0.577" in err, err
         rc, out, err = run(os.path.join(d, "moved.log"))
         assert rc == 0 and "picks move" not in err, err  # no table, nothing to compare
+        assert "held out" not in err, err
+
+        # The held-out figure: against a block that picks "o" everywhere, sweep A has "n" faster (8 against 10 us) and
+        # sweep B slower (12). Left out A, B's picks are "o": 1.0 in A. Left out B, A's picks are "n": 12 / 10 in B.
+        # So 8 keys at 1.0 and 8 at 1.2, geomean sqrt(1.2) = 1.095, worst 1.200.
+        sweep_log(os.path.join(d, "o.log"), "NVIDIA H20", lambda *k: {"o": 1.0})
+        rc, o_table, err = run(os.path.join(d, "o.log"))
+        assert rc == 0, err
+        o_file = os.path.join(d, "o.inc")
+        with open(o_file, "w") as f:
+            f.write(o_table)
+        sweep_log(os.path.join(d, "held_a.log"), "NVIDIA H20", lambda *k: {"o": 10.0, "n": 8.0})
+        sweep_log(os.path.join(d, "held_b.log"), "NVIDIA H20", lambda *k: {"o": 10.0, "n": 12.0})
+        rc, out, err = run(os.path.join(d, "held_*.log"), "--merge", o_file)
+        assert rc == 0, err
+        assert "held out: picks made without one sweep, timed in it, new / old over 16 (sweep, key) pairs: 1.095; " \
+               "worst 1.200 at " in err and "(o -> n)" in err, err
+        rc, out, err = run(os.path.join(d, "held_a.log"), "--merge", o_file)
+        assert rc == 0 and "held out: needs two sweeps or more" in err, err
 
         # --stat median: one lucky run of "x" (5 us against 10) makes it the minima's pick; the medians pick "y" (8).
         for i, x_us in enumerate((5.0, 10.0, 10.0)):
