@@ -70,7 +70,8 @@ HEADER = [
     "// block per GPU (scripts/device-w4a8-tune.sh tunes one and merges its block in). Entries {gpu name, E, N, K,",
     "// largest routed slots (tokens x 6) of the entry, config name, split config name or nullptr, split rows}: the",
     "// config (and MoeW4A8Split: experts of more rows on the split config) fastest over top-6 routing of uniform and",
-    "// Zipf(1.1) token->expert distributions at the entry's token count, each candidate's minimum over the sweeps.",
+    "// Zipf(1.1) token->expert distributions at the entry's token count, by each candidate's minimum over the",
+    "// sweeps, or the statistic its block's `// GPU` line names (median).",
 ]
 GPU_LINE = re.compile(r'GPU: (.+), \d+ SMs')
 BLOCK = re.compile(r'// GPU "([^"]+)"')
