@@ -5,7 +5,8 @@
 # engine's decode chain launches them); tools/w4a8_table_from_sweeps.py takes each candidate's median over them (the
 # minimum picked one lucky call's times on an H100, moe-w4a8.md, sixty-first session) and
 # merges this GPU's block into the committed table: $OUT/moe_w4a8_dispatch_table.inc, the other GPUs' blocks as they
-# are (on stderr: which picks move, and a held-out new / old that the choice does not flatter). Back on the CPU machine: copy that file over src/kernels/cuda/moe_w4a8_dispatch_table.inc and rebuild
+# are (on stderr: which picks move, and a held-out new / old that the choice does not flatter). Back on the CPU
+# machine: copy that file over src/kernels/cuda/moe_w4a8_dispatch_table.inc and rebuild
 # (MoeW4A8Gpu.DispatchTableByRoutedSlots checks every GPU's block). Without an entry for its GPU the engine takes the
 # heuristic's configs and says so at load.
 # Usage: bash scripts/device-w4a8-tune.sh --prebuilt DIR|FILE.tar.xz [--rounds N]   (N = 3; a plain sweep takes

@@ -129,6 +129,11 @@ def combined(files, settled, cut, reduce):
     return best
 
 
+def routing_times(best, shape, slots):
+    """[{candidate: us}] of one shape and slot count, one per routing swept (routing order)."""
+    return [t for (sh, sl, _), t in sorted(best.items()) if sh == shape and sl == slots and t]
+
+
 def table_picks(best):
     """Per shape (SHAPES' order) and swept slot count: (shape, E, N, K, slots, is_last, pick, per_routing times)."""
     for shape, E, N, K in SHAPES:
@@ -136,7 +141,7 @@ def table_picks(best):
         if not slots:
             sys.exit(f'w4a8_table_from_sweeps: no sweep of {shape}')
         for i, s in enumerate(slots):
-            per_routing = [t for (sh, sl, _), t in sorted(best.items()) if sh == shape and sl == s and t]
+            per_routing = routing_times(best, shape, s)
             yield shape, E, N, K, s, i + 1 == len(slots), pick(per_routing), per_routing
 
 
@@ -158,7 +163,7 @@ def report_held_out(files, settled, cut, reduce, old):
         left_out = combined(files[i:i + 1], settled[i:i + 1], cut, min)
         for shape, E, N, K, s, _, new, _ in table_picks(chosen):
             was = old_pick(old, E, N, K, s)
-            times = [t for (sh, sl, _), t in sorted(left_out.items()) if sh == shape and sl == s and t]
+            times = routing_times(left_out, shape, s)
             if not was or not times or not all(was in t and new in t for t in times):
                 continue
             ratio = sum(t[new] for t in times) / sum(t[was] for t in times)
