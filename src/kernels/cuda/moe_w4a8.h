@@ -180,8 +180,12 @@ cudaError_t moe_route_logits_gather_quant_f32(const RouteLogits& r, const float*
                                               int* slot_of_row, uint8_t* a, float* sa, int sa_ld, cudaStream_t stream);
 cudaError_t moe_swiglu_quant(const uint16_t* h, int I, const int* slot_of_row, int rows, const float* weights,
                              float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream);
+// release_first: the launch releases the next one before its own wait, so that a W2 with settled counts
+// (MoeW4A8Chain::counts_settled) can take the SMs that W13's CTAs free and load its first weight stages while W13
+// still runs. Only for a next kernel that reads nothing of this chain's before its own wait. Same outputs.
 cudaError_t moe_swiglu_quant_f32(const float* h, int I, const int* slot_of_row, int rows, const float* weights,
-                                 float limit, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream);
+                                 float limit, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream,
+                                 bool release_first = false);
 cudaError_t moe_combine(const uint16_t* y2, int D, const int* row_of_slot, const int* topk_ids, int T, int topk,
                         float* out, cudaStream_t stream);
 

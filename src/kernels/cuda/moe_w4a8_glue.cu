@@ -281,8 +281,8 @@ __global__ void __launch_bounds__(1024)
 // ---- SwiGLU(clamp) * routing weight -> FP8 (one block per grouped row, 8 channels per thread) ----
 template <class In>
 __global__ void swiglu_quant_kernel(const In* h, int I, const int* slot_of_row, const float* weights, float limit,
-                                    int round_bf16, uint8_t* a2, float* sa2, int sa_ld) {
-  dev::pdl_begin();
+                                    int round_bf16, uint8_t* a2, float* sa2, int sa_ld, int release_first) {
+  dev::pdl_begin(release_first != 0);
   const int row = blockIdx.x;
   const int slot = slot_of_row[row];
   if (slot < 0) return;
@@ -392,10 +392,11 @@ cudaError_t launch_gather_quant(const In* x, int D, const int* slot_of_row, int 
 
 template <class In>
 cudaError_t launch_swiglu_quant(const In* h, int I, const int* slot_of_row, int rows, const float* weights,
-                                float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream) {
+                                float limit, bool round_bf16, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream,
+                                bool release_first = false) {
   if (I % 128 != 0 || I / 8 > 1024 || rows <= 0) return cudaErrorInvalidValue;
   dev::launch(swiglu_quant_kernel<In>, dim3(rows), dim3((I / 8 + 31) / 32 * 32), 0, stream, h, I, slot_of_row, weights,
-              limit, round_bf16 ? 1 : 0, a2, sa2, sa_ld);
+              limit, round_bf16 ? 1 : 0, a2, sa2, sa_ld, release_first ? 1 : 0);
   return cudaGetLastError();
 }
 
@@ -443,8 +444,9 @@ cudaError_t moe_swiglu_quant(const uint16_t* h, int I, const int* slot_of_row, i
   return launch_swiglu_quant(h, I, slot_of_row, rows, weights, limit, round_bf16, a2, sa2, sa_ld, stream);
 }
 cudaError_t moe_swiglu_quant_f32(const float* h, int I, const int* slot_of_row, int rows, const float* weights,
-                                 float limit, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream) {
-  return launch_swiglu_quant(h, I, slot_of_row, rows, weights, limit, false, a2, sa2, sa_ld, stream);
+                                 float limit, uint8_t* a2, float* sa2, int sa_ld, cudaStream_t stream,
+                                 bool release_first) {
+  return launch_swiglu_quant(h, I, slot_of_row, rows, weights, limit, false, a2, sa2, sa_ld, stream, release_first);
 }
 
 cudaError_t moe_combine(const uint16_t* y2, int D, const int* row_of_slot, const int* topk_ids, int T, int topk,

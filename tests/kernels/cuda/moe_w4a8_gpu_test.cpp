@@ -1047,9 +1047,10 @@ TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
     for (const auto& [cfg, split] : runs) {
       const std::string label = std::string(cuda::moe_w4a8_config(cfg).name) +
                                 (split.config >= 0 ? std::string("+") + cuda::moe_w4a8_config(split.config).name : "");
-      std::vector<float> outs[4];
-      // none; prefetch + settled W2 counts; also W13 counting the settled ids; also both taking items from a counter
-      for (int with : {0, 1, 2, 3}) {
+      std::vector<float> outs[5];
+      // none; prefetch + settled W2 counts; also W13 counting the settled ids; also both taking items from a counter;
+      // also W2 launched while SwiGLU waits for W13
+      for (int with : {0, 1, 2, 3, 4}) {
         cuda::MoeW4A8Chain c13, c2;
         if (with) {
           c13.prefetch_next = &W2;
@@ -1057,7 +1058,7 @@ TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
           c2.counts_settled = true;
         }
         if (with >= 2) c13.settled_ids = dids.p;
-        if (with == 3) c13.item_counter = c2.item_counter = dcounter.p;
+        if (with >= 3) c13.item_counter = c2.item_counter = dcounter.p;
         dy.poison();
         ASSERT_EQ(cuda::moe_route_gather_quant_f32(dids.p, T, topk, E, dx.p, D, dcounts.p, dros.p, dsor.p, da.p, dsa.p,
                                                    sa_ld, stream),
@@ -1065,7 +1066,7 @@ TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
         ASSERT_EQ(cuda::moe_grouped_gemm_w4a8_contiguous(W13, {da.p, dsa.p, S, sa_ld}, with == 2 ? dbad.p : dcounts.p,
                                                          dh.p, cuda::MoeOutType::F32, 1, cfg, stream, c13, split),
                   cudaSuccess);
-        ASSERT_EQ(cuda::moe_swiglu_quant_f32(dh.p, I, dsor.p, S, drw.p, 10.0f, da2.p, dsa2.p, sa_ld, stream),
+        ASSERT_EQ(cuda::moe_swiglu_quant_f32(dh.p, I, dsor.p, S, drw.p, 10.0f, da2.p, dsa2.p, sa_ld, stream, with == 4),
                   cudaSuccess);
         ASSERT_EQ(cuda::moe_grouped_gemm_w4a8_contiguous(W2, {da2.p, dsa2.p, S, sa_ld}, dcounts.p, dy.p,
                                                          cuda::MoeOutType::F32, 1, cfg, stream, c2, split),
@@ -1074,16 +1075,18 @@ TEST(MoeW4A8Gpu, DecodeChainOptionsChangeNothing) {
         outs[with] = dy.download();
         EXPECT_EQ(dcounter.download()[0], 0) << "item counter after the chain, T " << T << " config " << label;
       }
-      int64_t diff1 = 0, diff2 = 0, diff3 = 0, nonfinite = 0;
+      int64_t diff1 = 0, diff2 = 0, diff3 = 0, diff4 = 0, nonfinite = 0;
       for (size_t i = 0; i < outs[0].size(); ++i) {
         diff1 += f32_to_bits(outs[0][i]) != f32_to_bits(outs[1][i]);
         diff2 += f32_to_bits(outs[0][i]) != f32_to_bits(outs[2][i]);
         diff3 += f32_to_bits(outs[0][i]) != f32_to_bits(outs[3][i]);
+        diff4 += f32_to_bits(outs[0][i]) != f32_to_bits(outs[4][i]);
         nonfinite += !std::isfinite(outs[0][i]);
       }
       EXPECT_EQ(diff1, 0) << "T " << T << " config " << label;
       EXPECT_EQ(diff2, 0) << "settled ids, T " << T << " config " << label;
       EXPECT_EQ(diff3, 0) << "item counter, T " << T << " config " << label;
+      EXPECT_EQ(diff4, 0) << "W2 launched early, T " << T << " config " << label;
       EXPECT_EQ(nonfinite, 0) << "T " << T << " config " << label;
     }
   }
