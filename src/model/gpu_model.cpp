@@ -150,7 +150,11 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   }
   if (const char* e = std::getenv("MOESERVE_LT_SYNC"); e && std::string(e) == "1") lt_sync_ = true;
   if (const char* e = std::getenv("MOESERVE_W13_SETTLED_IDS"); e && std::string(e) == "0") w13_settled_ids_ = false;
-  if (const char* e = std::getenv("MOESERVE_W2_EARLY"); e && std::string(e) == "0") w2_early_ = false;
+  if (const char* e = std::getenv("MOESERVE_W2_EARLY")) {
+    const std::string v = e;
+    check(v == "0" || v == "1" || v == "always", "MOESERVE_W2_EARLY='{}': expected 0, 1 or always", v);
+    w2_early_ = v == "always" ? 2 : std::stoi(v);
+  }
   // MOESERVE_W4A8_SPLIT=0: the W4A8 GEMMs without the dispatch table's splits by expert load (for A/B timing).
   if (const char* e = std::getenv("MOESERVE_W4A8_SPLIT"); e && std::string(e) == "0") w4a8_split_ = false;
   if (const char* e = std::getenv("MOESERVE_W4A8_DECODE_CONFIGS")) {
