@@ -713,6 +713,83 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
   report("MoE routed fp8 (skinny wgmma, grouped)", shape, us_tc, bytes, 2.0 * TK * 3 * I * D, roof_fp8, false);
 }
 
+// The routed experts kept MXFP4, as GpuModel::moe_mxfp4 runs them in a decode step (TK <= 256 slots): the router's
+// choice, routing rows + gather + FP8 quant, W13 counting the settled ids (W2's first stages asked of L2), SwiGLU +
+// quant, W2 with settled counts, the combine. Twice: W2 launched while SwiGLU waits (the engine's default past one
+// token) and after SwiGLU's wait (its one-token order, where the shared expert's side stream needs W13's freed SMs;
+// here there is no shared expert). Bytes: the touched experts' packed weights (e2m1, scales, row references) and
+// the activations. Issue 8 measures the GEMMs alone (bench_gpu_moe_w4a8); these rows are what the engine's chain
+// gets. Not counted against issue 7's ops (its MoE is BF16 / FP8).
+void bench_moe_mxfp4(const std::string& model, int E, int D, int I, int T) {
+  if (!want("moe")) return;
+  const int K = 6, TK = T * K, sa_ld = (TK + 3) / 4 * 4;
+  if (TK > cuda::moe_route_gather_max_slots()) return;
+  const model::GpuMxfp4Experts ex = model::GpuMxfp4Experts::random(E, D, I, 7, st, "bench mxfp4 experts");
+  const cuda::MoeW4A8Weights w13 = ex.w13_view(), w2 = ex.w2_view();
+  // Routings rotate over replays (different logits), so that the touched experts differ from one replay to the next.
+  constexpr int kRoutings = 8;
+  std::vector<cuda::DeviceBuffer> logits;
+  for (int r = 0; r < kRoutings; ++r) {
+    logits.emplace_back(size_t(T) * E * 4, "bench logits");
+    MOESERVE_CUDA_CHECK(cuda::fill_uniform(logits.back().data(), size_t(T) * E, 0, 1.0f, 500 + r, st));
+  }
+  auto bias = floats(E, 0.01f), x = floats(size_t(T) * D), wts = floats(TK), h13 = floats(size_t(TK) * 2 * I),
+       y = floats(size_t(TK) * D), out = floats(size_t(T) * D), sa = floats(size_t(std::max(D, I) / 128) * sa_ld);
+  cuda::DeviceArray<int> ids(size_t(T), "ids"), chosen(size_t(TK), "c"), counts(size_t(E), "n"), ros(size_t(TK), "r"),
+      sor(size_t(TK), "s"), counter(1, "item counter");
+  cuda::DeviceBuffer a(size_t(TK) * std::max(D, I), "a");
+  ids.fill_bytes(0);
+  counter.fill_bytes(0);
+  auto* af = static_cast<uint8_t*>(a.data());
+  auto* saf = static_cast<float*>(sa.data());
+  // Distinct experts hit (uniform routing, as bench_moe); activations: x and out once, the FP8 rows, h13 and the W2
+  // rows written and read once each.
+  const double active = E * (1.0 - std::pow(1.0 - double(K) / E, T));
+  const double bytes = active * double(ex.w13.bytes() + ex.w2.bytes()) / E + 2.0 * T * D * 4 +
+                       2.0 * TK * (D + 2 * I * 4 + I + D * 4);
+  const std::string shape = model + " M=" + std::to_string(T) + " E=" + std::to_string(E);
+  for (const cuda::MoeW4A8Weights* w : {&w13, &w2}) {
+    const int cfg = cuda::moe_w4a8_pick_config(E, w->N, w->K, TK);
+    const cuda::MoeW4A8Split sp = cuda::moe_w4a8_pick_split(E, w->N, w->K, TK);
+    std::printf("# %s %s: %s%s%s\n", shape.c_str(), w == &w13 ? "W13" : "W2", cuda::moe_w4a8_config(cfg).name,
+                sp.config >= 0 ? " + split " : "", sp.config >= 0 ? cuda::moe_w4a8_config(sp.config).name : "");
+  }
+  auto chain = [&](bool early) {
+    return time_us([&](int i) {
+      MOESERVE_CUDA_CHECK(cuda::moe_route(static_cast<float*>(logits[size_t(i) % kRoutings].data()), T, E, K, 0,
+                                          static_cast<float*>(bias.data()), nullptr, ids.data(), true, 1.5f,
+                                          chosen.data(), static_cast<float*>(wts.data()), st));
+      MOESERVE_CUDA_CHECK(cuda::moe_route_gather_quant_f32(chosen.data(), T, K, E, static_cast<float*>(x.data()), D,
+                                                           counts.data(), ros.data(), sor.data(), af, saf, sa_ld, st));
+      cuda::MoeW4A8Chain c13, c2;
+      c13.item_counter = c2.item_counter = counter.data();
+      c13.prefetch_next = &w2;
+      c13.prefix_bytes = cuda::moe_w4a8_prefetch_prefix(w2.N, w2.K, TK, size_t(16) << 20);
+      c13.settled_ids = chosen.data();
+      c2.counts_settled = true;
+      MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(w13, {af, saf, TK, sa_ld}, counts.data(), h13.data(),
+                                                                 cuda::MoeOutType::F32, TK, -1, st, c13));
+      MOESERVE_CUDA_CHECK(cuda::moe_swiglu_quant_f32(static_cast<float*>(h13.data()), I, sor.data(), TK,
+                                                     static_cast<float*>(wts.data()), 10.0f, af, saf, sa_ld, st, early));
+      MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(w2, {af, saf, TK, sa_ld}, counts.data(), y.data(),
+                                                                 cuda::MoeOutType::F32, TK, -1, st, c2));
+      MOESERVE_CUDA_CHECK(cuda::moe_combine(static_cast<float*>(y.data()), D, ros.data(), T, K,
+                                            static_cast<float*>(out.data()), st));
+    }, 10);
+  };
+  // The first passes over freshly allocated experts run up to 15 % slower (H100, sixty-fifth session): two untimed
+  // rounds, then three interleaved ones, each variant's median reported.
+  for (int r = 0; r < 2; ++r) chain(r == 0), chain(r != 0);
+  std::vector<double> us[2];
+  for (int r = 0; r < 3; ++r)
+    for (int v = 0; v < 2; ++v) us[v].push_back(chain(v == 0));
+  for (int v = 0; v < 2; ++v) {
+    std::sort(us[v].begin(), us[v].end());
+    report(v == 0 ? "MoE routed mxfp4 (W4A8 chain)" : "MoE routed mxfp4 (W4A8 chain, W2 after SwiGLU)", shape, us[v][1],
+           bytes, 2.0 * TK * 3 * I * D, roof_fp8, false);
+  }
+}
+
 // ---------------------------------------------------------------------------------- per-layer decode step
 // Weights and KV a decode step touches per layer. FP8 weights: 1 byte each plus an fp32 scale per 128 x 128 block;
 // routed experts FP8 or MXFP4 (1/2 + 1/32: e2m1 plus one E8M0 per 32); BF16 the router, compressors and indexer
@@ -969,6 +1046,8 @@ int main(int argc, char** argv) {
   bench_sampling();
   for (int T : {1, 8, 32, 64}) bench_moe("flash", 256, 4096, 2048, T, true);
   bench_moe("pro", 384, 7168, 3072, 1, true);
+  for (int T : {1, 4, 8, 32}) bench_moe_mxfp4("flash", 256, 4096, 2048, T);
+  for (int T : {1, 4, 8}) bench_moe_mxfp4("pro", 384, 7168, 3072, T);
   bench_layer_decode(blas);
   bench_layer_prefill();
   bench_fixture();
