@@ -566,6 +566,9 @@ void bench_small_ops(const std::string& model, int D, int T) {
   report("moe_group", sh, us, TK * 8.0 + TK * 12.0 + E * 12.0, double(TK) + E, roof_fp32, dec);
 }
 
+// Distinct experts hit by T tokens x K of E (uniform routing; the benches' logits are random): E (1 - (1 - K/E)^T).
+double experts_hit(int E, int K, int T) { return E * (1.0 - std::pow(1.0 - double(K) / E, T)); }
+
 void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
   if (!want("moe")) return;
   const int K = 6, TK = T * K;
@@ -625,8 +628,7 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
     combine(static_cast<float*>(y.data()));
   };
   const double us = time_us(step, 10);
-  // Distinct experts hit by T tokens x 6 (uniform routing; the logits here are random): E (1 - (1 - 6/E)^T).
-  const double active = E * (1.0 - std::pow(1.0 - double(K) / E, T));
+  const double active = experts_hit(E, K, T);
   const double bytes = active * double(w13 + w2) + double(TK) * (2 * I + I + D) * 4 * 2;
   const std::string shape = model + " M=" + std::to_string(T) + " E=" + std::to_string(E);
   report(std::string("MoE routed ") + (fp8 ? "fp8" : "bf16") + " (route+group+2 gemv)", shape, us, bytes,
@@ -742,10 +744,8 @@ void bench_moe_mxfp4(const std::string& model, int E, int D, int I, int T) {
   counter.fill_bytes(0);
   auto* af = static_cast<uint8_t*>(a.data());
   auto* saf = static_cast<float*>(sa.data());
-  // Distinct experts hit (uniform routing, as bench_moe); activations: x and out once, the FP8 rows, h13 and the W2
-  // rows written and read once each.
-  const double active = E * (1.0 - std::pow(1.0 - double(K) / E, T));
-  const double bytes = active * double(ex.w13.bytes() + ex.w2.bytes()) / E + 2.0 * T * D * 4 +
+  // Activations: x and out once, the FP8 rows, h13 and the W2 rows written and read once each.
+  const double bytes = experts_hit(E, K, T) * double(ex.w13.bytes() + ex.w2.bytes()) / E + 2.0 * T * D * 4 +
                        2.0 * TK * (D + 2 * I * 4 + I + D * 4);
   const std::string shape = model + " M=" + std::to_string(T) + " E=" + std::to_string(E);
   for (const cuda::MoeW4A8Weights* w : {&w13, &w2}) {
@@ -779,7 +779,8 @@ void bench_moe_mxfp4(const std::string& model, int E, int D, int I, int T) {
   };
   // The first passes over freshly allocated experts run up to 15 % slower (H100, sixty-fifth session): two untimed
   // rounds, then three interleaved ones, each variant's median reported.
-  for (int r = 0; r < 2; ++r) chain(r == 0), chain(r != 0);
+  for (int r = 0; r < 2; ++r)
+    for (bool early : {true, false}) chain(early);
   std::vector<double> us[2];
   for (int r = 0; r < 3; ++r)
     for (int v = 0; v < 2; ++v) us[v].push_back(chain(v == 0));

@@ -153,7 +153,7 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   if (const char* e = std::getenv("MOESERVE_W2_EARLY")) {
     const std::string v = e;
     check(v == "0" || v == "1" || v == "always", "MOESERVE_W2_EARLY='{}': expected 0, 1 or always", v);
-    w2_early_ = v == "always" ? 2 : std::stoi(v);
+    w2_early_ = v == "0" ? W2Early::Never : v == "1" ? W2Early::UnlessSharedAfterGlue : W2Early::Always;
   }
   // MOESERVE_W4A8_SPLIT=0: the W4A8 GEMMs without the dispatch table's splits by expert load (for A/B timing).
   if (const char* e = std::getenv("MOESERVE_W4A8_SPLIT"); e && std::string(e) == "0") w4a8_split_ = false;

@@ -192,9 +192,10 @@ class GpuModel {
   // A decode step's W13 counts the router's choice itself before pdl_wait (MoeW4A8Chain::settled_ids), the choice
   // and the gather in two launches; MOESERVE_W13_SETTLED_IDS=0: the one fused launch, W13 waits for its counts.
   bool w13_settled_ids_ = true;
-  // A decode step's MXFP4 chain launches W2 while SwiGLU waits for W13 (moe_mxfp4): 1 unless the shared expert
-  // forked after the routing glue; MOESERVE_W2_EARLY=0: never, =always: also then (A/B runs).
-  int w2_early_ = 1;
+  // When a decode step's MXFP4 chain launches W2 while SwiGLU waits for W13 (moe_mxfp4): by default unless the
+  // shared expert forked after the routing glue; MOESERVE_W2_EARLY=0: never, =always: also then (A/B runs).
+  enum class W2Early { Never, UnlessSharedAfterGlue, Always };
+  W2Early w2_early_ = W2Early::UnlessSharedAfterGlue;
   // The dispatch table's splits by expert load (cuda::MoeW4A8Split) in the W4A8 GEMMs; MOESERVE_W4A8_SPLIT=0: none.
   bool w4a8_split_ = true;
   // The W4A8 GEMMs' work-item counter (MoeW4A8Chain::item_counter); empty under MOESERVE_W4A8_DYNAMIC=0.

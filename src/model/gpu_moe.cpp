@@ -284,7 +284,8 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
   // W2 (settled) launched while SwiGLU waits for W13, so that its CTAs take the SMs W13's early finishers free and
   // load their first weight stages there: the V4-Flash layer 4.9 us faster at batch 8, 4.1 at 32 (H100). Not while
   // the shared expert forked after the glue still needs those SMs beside W13 (one token: 6.5 us slower with it).
-  const bool w2_early = c2.counts_settled && (w2_early_ == 2 || (w2_early_ == 1 && !after_glue));
+  const bool w2_early = c2.counts_settled && (w2_early_ == W2Early::Always ||
+                                               (w2_early_ == W2Early::UnlessSharedAfterGlue && !after_glue));
   MOESERVE_CUDA_CHECK(cuda::moe_swiglu_quant_f32(h13_, I, w4_slot_of_row_, TK, route_w_, limit, w4_a_, w4_sa_, sa_ld,
                                                  st, w2_early));
   MOESERVE_CUDA_CHECK(cuda::moe_grouped_gemm_w4a8_contiguous(w2, {w4_a_, w4_sa_, TK, sa_ld}, w4_counts_, ye_,
