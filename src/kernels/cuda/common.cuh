@@ -63,6 +63,12 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+// The largest magnitude of the warp's values (every lane gets it) in one redux.sync over the magnitudes' bit patterns,
+// whose unsigned order is the order of non-negative floats, instead of five shuffles: warp_max(fabsf(v)), NaN skipped
+// the same way (a warp of only NaN gives 0 where warp_max gives NaN; pow2_scale maps both to its floor).
+__device__ __forceinline__ float warp_absmax(float v) {
+  return __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(fmaxf(fabsf(v), 0.0f))));
+}
 
 // Block-wide sum (any blockDim multiple of 32, <= 1024); every thread gets the result. `red` >= 32 slots.
 template <class T>
@@ -108,6 +114,12 @@ __device__ __forceinline__ float pow2_ceil(float x) {
   uint32_t bits = __float_as_uint(x);
   int e = int((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffffu) != 0 ? 1 : 0);
   return __uint_as_float(uint32_t(e + 127) << 23);
+}
+// 1 / s for a power of two s = 2^e, e in [-126, 127] (pow2_ceil's results), or +inf: exact (2^-127 for 2^127, 0 for
+// inf), from the exponent bits, without the IEEE reciprocal's refinement and its slow-path branch (rcp.rn.f32).
+__device__ __forceinline__ float pow2_reciprocal(float s) {
+  const uint32_t b = __float_as_uint(s);
+  return __uint_as_float(b < 0x7f000000u ? 0x7f000000u - b : b == 0x7f000000u ? 0x00400000u : 0u);
 }
 __device__ __forceinline__ float pow2_scale(float amax, float fmt_max, float floor_) {
   const float inverse = 1.0f / fmt_max;  // folded to the fp32 reciprocal, as the official kernels
@@ -249,13 +261,11 @@ __device__ __forceinline__ void for_x_blocks(const float* x, int K, Emit emit) {
     for (int j = 0; j < kBatch; ++j) {
       const int b = b0 + j * warps;
       v[j] = b >= KB ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : L2 ? __ldcg(x4 + b * 32 + lane) : x4[b * 32 + lane];
-      m[j] = fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w)));
     }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j)
-        if (b0 + j * warps < KB) m[j] = fmaxf(m[j], __shfl_xor_sync(0xffffffffu, m[j], o));
+    for (int j = 0; j < kBatch; ++j)
+      if (b0 + j * warps < KB)  // the same for every lane of the warp
+        m[j] = warp_absmax(fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w))));
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
       if (b0 + j * warps < KB) emit(b0 + j * warps, v[j], m[j]);
@@ -276,7 +286,7 @@ __device__ __forceinline__ void stage_x_interleaved(const float* x, int K, float
   if constexpr (ACT8) {
     for_x_blocks<L2>(x, K, [&](int b, float4 v, float amax) {
       const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
-      const float4 q = fp8_round4(v, 1.0f / s);
+      const float4 q = fp8_round4(v, pow2_reciprocal(s));
       v = make_float4(q.x * s, q.y * s, q.z * s, q.w * s);
       const int f = b * 32 + lane;  // float4 index in x
       xs4[(f % NJ) * chunks + f / NJ] = v;

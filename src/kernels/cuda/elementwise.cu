@@ -100,9 +100,9 @@ __device__ __forceinline__ void rotate_pair(float* r, float c, float s) {
 __device__ __forceinline__ void fp8_block_sim_warp(const float* v, float* out, int n, int lane) {
   float amax = 0;
   for (int i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(v[i]));
-  amax = warp_max(amax);
-  const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
-  for (int i = lane; i < n; i += 32) out[i] = fp8_round(v[i] / s) * s;
+  amax = warp_absmax(amax);
+  const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor), inv = pow2_reciprocal(s);
+  for (int i = lane; i < n; i += 32) out[i] = fp8_round(v[i] * inv) * s;
 }
 
 // Values per lane of a row that rope_kernel's norm path holds in registers (rows up to 32 * kRopeHeld).
@@ -214,9 +214,9 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
     for (int u = 0; u < 4; ++u) {
       e[u] *= norm;
       if constexpr (POST == 2) {
-        const float amax = warp_max(fabsf(e[u]));
+        const float amax = warp_absmax(e[u]);
         const float sc = pow2_scale(amax, kFp4Max, kFp4AmaxFloor);
-        e[u] = fp4_round(e[u] / sc) * sc;
+        e[u] = fp4_round(e[u] * pow2_reciprocal(sc)) * sc;
       }
       v[lane + 32 * u] = e[u];
     }
@@ -321,9 +321,9 @@ __global__ void hadamard_fp4_kernel(float* x, int dim, bool fp4) {
     const int lane = threadIdx.x & 31;
     for (int b = threadIdx.x / 32; b < dim / 32; b += blockDim.x / 32) {
       float val = sv[b * 32 + lane];
-      const float amax = warp_max(fabsf(val));
+      const float amax = warp_absmax(val);
       const float s = pow2_scale(amax, kFp4Max, kFp4AmaxFloor);
-      sv[b * 32 + lane] = fp4_round(val / s) * s;
+      sv[b * 32 + lane] = fp4_round(val * pow2_reciprocal(s)) * s;
     }
     __syncthreads();
   }
@@ -339,11 +339,11 @@ __global__ void act_quant_kernel(const float* x, int M, int K, int ldx, uint8_t*
   const int m = item / kb_count, kb = item % kb_count;
   const float4 v = *reinterpret_cast<const float4*>(x + size_t(m) * ldx + kb * 128 + lane * 4);
   float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-  amax = warp_max(amax);
+  amax = warp_absmax(amax);
   const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
-  // s is a power of two: v * (1 / s) is v / s exactly (fp8_round4's reasoning), one division instead of four, and
-  // none of the slow paths a division takes on tiny or subnormal values.
-  const float inv = 1.0f / s;
+  // s is a power of two: v * (1 / s) is v / s exactly (fp8_round4's reasoning), with no division and none of the
+  // slow paths a division takes on tiny or subnormal values.
+  const float inv = pow2_reciprocal(s);
   const uint32_t lo = fp8x2_bits(v.x * inv, v.y * inv), hi = fp8x2_bits(v.z * inv, v.w * inv);
   *reinterpret_cast<uint32_t*>(q + size_t(m) * K + kb * 128 + lane * 4) = lo | hi << 16;
   if (lane == 0) scales[size_t(kb) * M + m] = s;

@@ -129,9 +129,9 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 4 : 1) gemv_kernel(GemvArg
             for (int v = 0; v < VEC; ++v) amax = fmaxf(amax, fabsf(xv[i][v]));
 #pragma unroll
             for (int off = 1; off < G; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, off));
-            const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
+            const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor), inv = pow2_reciprocal(s);
 #pragma unroll
-            for (int v = 0; v < VEC; ++v) xv[i][v] = fp8_round(xv[i][v] / s) * s;
+            for (int v = 0; v < VEC; ++v) xv[i][v] = fp8_round(xv[i][v] * inv) * s;
           }
         }
         uint4 wv[kRows];

@@ -114,20 +114,23 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1,
 template <bool ACT8>
 __device__ __forceinline__ float x_terms(float4 v, float amax, __half (&t)[kTerms][4]) {
   if constexpr (ACT8) {
-    const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor);
-    const float4 q = fp8_round4(v, 1.0f / s);
-    const float qs[4] = {q.x, q.y, q.z, q.w};
+    const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor), inv = pow2_reciprocal(s);
+    // The e4m3 codes of v / s (fp8_round4's), widened straight to f16 (exact).
+    const uint32_t codes = fp8x2_bits(v.x * inv, v.y * inv) | fp8x2_bits(v.z * inv, v.w * inv) << 16;
+    const uint32_t h01 = e4m3x2_lo(codes), h23 = e4m3x2_hi(codes);
+    t[0][0] = __ushort_as_half(uint16_t(h01));
+    t[0][1] = __ushort_as_half(uint16_t(h01 >> 16));
+    t[0][2] = __ushort_as_half(uint16_t(h23));
+    t[0][3] = __ushort_as_half(uint16_t(h23 >> 16));
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      t[0][j] = __float2half_rn(qs[j]);  // an e4m3 value: exact
+    for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int n = 1; n < kTerms; ++n) t[n][j] = __ushort_as_half(0);
-    }
     return s;
   } else {
     const uint32_t eb = __float_as_uint(amax) & 0x7f800000u;
     const float factor = amax == 0.0f ? 1.0f : eb == 0 ? 0x1p-126f : __uint_as_float(eb);
-    const float inv = 1.0f / factor;  // a power of two: exact
+    const float inv = pow2_reciprocal(factor);
     const float vals[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -202,9 +205,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   uint8_t* my_terms = terms + size_t(warp) * CPW * kTermBytes;
 #pragma unroll
   for (int j = 0; j < CPW; ++j) {
-    float m = fmaxf(fmaxf(fabsf(xv[j].x), fabsf(xv[j].y)), fmaxf(fabsf(xv[j].z), fabsf(xv[j].w)));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float m = warp_absmax(fmaxf(fmaxf(fabsf(xv[j].x), fabsf(xv[j].y)), fmaxf(fabsf(xv[j].z), fabsf(xv[j].w))));
     __half tv[kTerms][4];
     factor[j] = x_terms<ACT8>(xv[j], m, tv);
     constexpr int kStored = ACT8 ? 1 : kTerms;  // the zero terms are never read (their B columns are zeros)

@@ -23,18 +23,21 @@ __device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as
 
 // Quantizes 8 values per thread, channels c..c+7 of the row q_row; 16 consecutive threads own one 128-channel
 // group (aligned inside a warp). The two 4-byte words go to their places in the W4A8 activation channel order
-// (kernels/cpu/moe_w4a8_pack.h). s is a power of two (or inf), so v * (1 / s) is v / s exactly, rounded once the
-// same way (subnormal quotients included), with one division per thread instead of eight: a division whose operand
-// is tiny or subnormal takes a slow path that diverges the warp.
+// (kernels/cpu/moe_w4a8_pack.h). s is a power of two (or inf), so v * pow2_reciprocal(s) is v / s exactly, rounded
+// once the same way (subnormal quotients included), without a division: one whose operand is tiny or subnormal takes
+// a slow path that diverges the warp.
 __device__ __forceinline__ void quant8_store(const float (&v)[8], uint8_t* q_row, int c, float* scale_slot,
                                              bool leader, bool active) {
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-  for (int off = 8; off >= 1; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  // Each half-warp's largest: two whole-warp redux.sync, the other half contributing 0 to each (warp_absmax).
+  const uint32_t bits = __float_as_uint(amax), upper = threadIdx.x & 16u;
+  const uint32_t lo_max = __reduce_max_sync(0xffffffffu, upper ? 0u : bits);
+  const uint32_t hi_max = __reduce_max_sync(0xffffffffu, upper ? bits : 0u);
+  amax = __uint_as_float(upper ? hi_max : lo_max);
   const float s = dev::pow2_scale(amax, dev::kFp8Max, dev::kFp8AmaxFloor);  // DeepSeek's act_quant scale
-  const float inv = 1.0f / s;
+  const float inv = dev::pow2_reciprocal(s);
   const uint32_t lo = dev::fp8x2_bits(v[0] * inv, v[1] * inv) | dev::fp8x2_bits(v[2] * inv, v[3] * inv) << 16;
   const uint32_t hi = dev::fp8x2_bits(v[4] * inv, v[5] * inv) | dev::fp8x2_bits(v[6] * inv, v[7] * inv) << 16;
   if (!active) return;
