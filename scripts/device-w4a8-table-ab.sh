@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # On the GPU machine (device tool): a re-tuned W4A8 dispatch block against the block it replaces, timed as the engine
 # launches them. Build here first with `BASELINE=COMMIT bash scripts/device-prepare.sh` (COMMIT: the tree before the
-# re-tune), so that the *_base binaries carry the old table. Three parts in one call, each in interleaved rounds:
+# re-tune), so that the *_base binaries carry the old table; once the benchmarks no longer build against COMMIT's
+# sources, with a patch that restores only the old block instead:
+#   VARIANTS="base=scripts/pending/w4a8-h200-table-before-63.patch" \
+#     PACK_ONLY="bench_gpu_moe_w4a8 bench_gpu_moe_w4a8_base bench_gpu_ops bench_gpu_ops_base" bash scripts/device-prepare.sh
+# (the sixty-third session's H200 block against the one before it). Three parts in one call, each in interleaved
+# rounds:
 #   decode/  decode 1-32 tokens launched --settled (the decode chain's launches), each build's picks;
 #   plain/   decode 64-256 tokens and prefill 4K-32K, plain launches, each build's picks;
 #   layer/   the MXFP4-expert V4-Flash decode layer at batch 1 (bench_gpu_ops against bench_gpu_ops_base).
