@@ -5,6 +5,7 @@
 # within a call repeats agree to about 1.5 us).
 # Usage: bash scripts/device-ab.sh --prebuilt .device-bin.tar.xz [--rounds N] NAME=ENV=VALUE[,ENV=VALUE...] ...
 #   e.g. bash scripts/device-ab.sh --prebuilt .device-bin.tar.xz base chain_off=MOESERVE_MOE_CHAIN=0
+#   A value may hold commas (tc=MOESERVE_GEMV_TC=8192x1024,4096x2048): a piece without '=' joins the setting before.
 #   A bare NAME runs with the environment as it is. NAME@BINARY runs that benchmark binary of the prebuilt set
 #   instead of bench_gpu_ops (a baseline build: `BASELINE=COMMIT bash scripts/device-prepare.sh` adds
 #   bench_gpu_ops_base, built from COMMIT's sources), e.g. `new old@bench_gpu_ops_base`.
@@ -31,7 +32,7 @@ for ((r = 1; r <= ROUNDS; ++r)); do
     [[ "$cfg" == *=* ]] && settings=${cfg#*=}
     bench=bench_gpu_ops
     if [[ "$name" == *@* ]]; then bench=${name#*@}; fi
-    IFS=',' read -r -a envs <<<"$settings"
+    split_settings "$settings"
     log="$OUT/ab_${name//[^A-Za-z0-9_]/_}.log"
     lines_before=0
     [ -f "$log" ] && lines_before=$(wc -l <"$log")

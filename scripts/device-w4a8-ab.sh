@@ -44,7 +44,7 @@ for ((r = 1; r <= ROUNDS; ++r)); do
     bin=${entry%%=*}
     settings=""
     [[ "$entry" == *=* ]] && settings=${entry#*=}
-    IFS=',' read -r -a envs <<<"$settings"
+    split_settings "$settings"
     log="$OUT/w4a8ab_$(slug "$entry").r$r.log"
     start=$(date +%s)
     tune=(--tune "$OUT/table_$(slug "$entry").inc")
