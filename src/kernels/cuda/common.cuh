@@ -183,6 +183,22 @@ __device__ __forceinline__ float fp4_round(float v) {
   return signbit(v) ? -r : r;
 }
 
+// fp8_block_sim of one block of n values by one warp: out[i] = fp8(v[i] / s) * s, s the power-of-two scale of
+// the block's amax (out may be v).
+__device__ __forceinline__ void fp8_block_sim_warp(const float* v, float* out, int n, int lane) {
+  float amax = 0;
+  for (int i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(v[i]));
+  amax = warp_absmax(amax);
+  const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor), inv = pow2_reciprocal(s);
+  for (int i = lane; i < n; i += 32) out[i] = fp8_round(v[i] * inv) * s;
+}
+// The FP4 simulation of a 32-value block held one value a lane by a warp: fp4(v / s) * s, s the power-of-two scale
+// of the block's amax.
+__device__ __forceinline__ float fp4_block_sim_lane(float v) {
+  const float s = pow2_scale(warp_absmax(v), kFp4Max, kFp4AmaxFloor);
+  return fp4_round(v * pow2_reciprocal(s)) * s;
+}
+
 __device__ __forceinline__ float bf16_value(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
 
 // One 16-byte weight load to fp32: 8 bf16 or 16 e4m3 (the skinny GEMMs, gemv.cu and gemv_stream.cu).

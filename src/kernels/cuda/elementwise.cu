@@ -95,16 +95,6 @@ __device__ __forceinline__ void rotate_pair(float* r, float c, float s) {
   r[1] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
 }
 
-// fp8_block_sim of one block of n values by one warp: out[i] = fp8(v[i] / s) * s, s the power-of-two scale of
-// the block's amax (out may be v).
-__device__ __forceinline__ void fp8_block_sim_warp(const float* v, float* out, int n, int lane) {
-  float amax = 0;
-  for (int i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(v[i]));
-  amax = warp_absmax(amax);
-  const float s = pow2_scale(amax, kFp8Max, kFp8AmaxFloor), inv = pow2_reciprocal(s);
-  for (int i = lane; i < n; i += 32) out[i] = fp8_round(v[i] * inv) * s;
-}
-
 // Values per lane of a row that rope_kernel's norm path holds in registers (rows up to 32 * kRopeHeld).
 constexpr int kRopeHeld = 16;
 constexpr int kRopePairs = 2;  // rotated pairs per lane whose cos/sin rope_kernel computes before the norm
@@ -214,9 +204,7 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
     for (int u = 0; u < 4; ++u) {
       e[u] *= norm;
       if constexpr (POST == 2) {
-        const float amax = warp_absmax(e[u]);
-        const float sc = pow2_scale(amax, kFp4Max, kFp4AmaxFloor);
-        e[u] = fp4_round(e[u] * pow2_reciprocal(sc)) * sc;
+        e[u] = fp4_block_sim_lane(e[u]);
       }
       v[lane + 32 * u] = e[u];
     }
@@ -320,10 +308,7 @@ __global__ void hadamard_fp4_kernel(float* x, int dim, bool fp4) {
   if (fp4) {  // one warp per 32-block
     const int lane = threadIdx.x & 31;
     for (int b = threadIdx.x / 32; b < dim / 32; b += blockDim.x / 32) {
-      float val = sv[b * 32 + lane];
-      const float amax = warp_absmax(val);
-      const float s = pow2_scale(amax, kFp4Max, kFp4AmaxFloor);
-      sv[b * 32 + lane] = fp4_round(val * pow2_reciprocal(s)) * s;
+      sv[b * 32 + lane] = fp4_block_sim_lane(sv[b * 32 + lane]);
     }
     __syncthreads();
   }

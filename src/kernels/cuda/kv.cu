@@ -109,21 +109,14 @@ __global__ void compressor_emit_kernel(BatchDesc b, CompressorArgs a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   if (a.post == 1) {  // FP8 simulation of the non-rope dims, blocks of 64
     for (int blk = warp; blk * 64 < a.nope; blk += warps) {
-      const int b0 = blk * 64, n = min(a.nope, b0 + 64) - b0;
-      float amax = 0;
-      for (int i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(out[b0 + i]));
-      amax = warp_absmax(amax);
-      const float sc8 = pow2_scale(amax, kFp8Max, kFp8AmaxFloor), inv8 = pow2_reciprocal(sc8);
-      for (int i = lane; i < n; i += 32) out[b0 + i] = fp8_round(out[b0 + i] * inv8) * sc8;
+      const int b0 = blk * 64;
+      fp8_block_sim_warp(out + b0, out + b0, min(a.nope, b0 + 64) - b0, lane);
     }
     __syncthreads();
   } else if (a.post == 2) {  // Hadamard rotation, then FP4 per 32
     dev::hadamard_shared(out, d);
     for (int blk = warp; blk < d / 32; blk += warps) {
-      const float v = out[blk * 32 + lane];
-      const float amax = warp_absmax(v);
-      const float sc4 = pow2_scale(amax, kFp4Max, kFp4AmaxFloor);
-      out[blk * 32 + lane] = fp4_round(v * pow2_reciprocal(sc4)) * sc4;
+      out[blk * 32 + lane] = fp4_block_sim_lane(out[blk * 32 + lane]);
     }
     __syncthreads();
   }
