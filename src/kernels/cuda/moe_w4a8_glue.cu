@@ -249,8 +249,9 @@ __global__ void route_gather_quant_kernel(const int* topk_ids, int S, int E, con
 }
 
 // ---- the router's choice + routing rows + gather + quantize in one launch (a decode step at batch <= 16) ----
-// Every block also routes every token itself (route.cuh, one warp per token) from the gate logits, into shared
-// memory, so that the route kernel's launch leaves the critical path; block 0 writes chosen and weights.
+// Every block also routes every token itself (route.cuh, one warp per token, after the block's threads scored all
+// tokens together) from the gate logits, into shared memory, so that the route kernel's launch leaves the critical
+// path; block 0 writes chosen and weights.
 template <int EPL>
 __global__ void __launch_bounds__(1024)
     route_logits_gather_quant_kernel(RouteLogits r, const float* x, int D, int* counts, int* row_of_slot,
@@ -262,12 +263,15 @@ __global__ void __launch_bounds__(1024)
   extern __shared__ float scores[];  // [warps][E]
   __shared__ int s_chosen[kFusedRouteSlots];
   const int S = r.T * r.K;
+  // T <= kRouteLogitsMaxTokens <= warps: token t is warp t's, its scores at t * E.
+  const bool scored = dev::route_scores_elementwise(r.func);
+  if (scored) dev::route_scores_block(r.logits, r.T * r.E, r.func, scores);
   for (int t = warp; t < r.T; t += warps) {
     int pick[8];
     float w[8];
     dev::route_token<EPL>(r.logits + size_t(t) * r.E, r.E, r.K, r.func, bv,
                           r.tid2eid ? r.tid2eid + size_t(r.token_ids[t]) * r.K : nullptr, r.norm_topk, r.route_scale,
-                          scores + warp * r.E, pick, w);
+                          scores + warp * r.E, pick, w, scored);
     if (lane == 0)
       dev::route_for_k<EPL>(r.K, [&](int k) {
         s_chosen[t * r.K + k] = pick[k];

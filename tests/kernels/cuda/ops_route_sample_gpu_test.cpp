@@ -18,14 +18,16 @@ using namespace gputest;
 
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
-// The last case has many equal scores (logits on a coarse grid, no bias): the warp's redux.sync argmax must break
-// ties to the lower id, as the reference does.
+// The ties case has many equal scores (logits on a coarse grid, no bias): the warp's redux.sync argmax must break
+// ties to the lower id, as the reference does. Up to 64 tokens a block routes one token (its threads score it
+// together); past that, one a warp.
 TEST(CudaMoe, RouteSqrtSoftplusBiasedTopKAndHash) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
   struct Case { int T, E, K; bool hash, ties; };
   for (Case c : {Case{1, 256, 6, false, false}, Case{37, 256, 6, false, false}, Case{5, 384, 6, false, false},
-                 Case{9, 8, 2, false, false}, Case{7, 256, 6, true, false}, Case{16, 256, 6, false, true}}) {
+                 Case{9, 8, 2, false, false}, Case{7, 256, 6, true, false}, Case{16, 256, 6, false, true},
+                 Case{100, 256, 6, false, false}}) {  // 100: past the one-block-per-token sizes
     auto logits = normal(size_t(c.T) * c.E, g, 2.0f);
     auto bias = normal(size_t(c.E), g, 0.1f);
     if (c.ties) {
