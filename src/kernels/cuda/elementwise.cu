@@ -97,12 +97,9 @@ __device__ __forceinline__ void rotate_pair(float* r, float c, float s) {
 
 // Values per lane of a row that rope_kernel's norm path holds in registers (rows up to 32 * kRopeHeld).
 constexpr int kRopeHeld = 16;
-constexpr int kRopePairs = 2;  // rotated pairs per lane whose cos/sin rope_kernel computes before the norm
+constexpr int kRopePairs = 2;  // rotated pairs per lane whose cos/sin rope_kernel computes before pdl_wait
 
 // One warp per (token, head): optional unweighted RMSNorm of the head, then the rotation of its trailing dims.
-// POST (head_dim 128 only): 1 the Walsh-Hadamard rotation of the row after the rope, 2 also the FP4 simulation
-// per 32 (hadamard_fp4_sim's arithmetic in the same order: the indexer's queries in one launch).
-template <int POST>
 __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
                             const float* inv_freq, float attn_scale, bool inverse, float norm_eps,
                             const float* norm_w) {
@@ -115,23 +112,22 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
 #pragma unroll
     for (int u = 0; u < kRopeHeld; ++u) nw[u] = lane + 32 * u < head_dim ? norm_w[lane + 32 * u] : 0.0f;
   const int half = rope_dim / 2;
-  float freq[kRopePairs];  // a constant table: also before pdl_wait
-#pragma unroll
-  for (int j = 0; j < kRopePairs; ++j) freq[j] = lane + 32 * j < half ? inv_freq[lane + 32 * j] : 0.0f;
-  dev::pdl_begin();
+  // The rotation's double-precision cos/sin depend on the position only, which the host writes, and a constant
+  // table: all before pdl_wait (up to kRopePairs pairs per lane, the rest in the loop below), so that after it
+  // the row's loads come first.
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= T * heads) return;
-  const int t = row / heads, h = row % heads;
-  float* v = x + size_t(t) * ld + size_t(h) * head_dim;
-  // The rotation's double-precision cos/sin first (they depend on the position only), so that they overlap the
-  // row's loads instead of following the norm: up to kRopePairs pairs per lane, the rest in the loop below.
-  const float p = float(pos[t]);
+  const bool active = row < T * heads;
+  const int t = active ? row / heads : 0, h = active ? row % heads : 0;
+  const float p = active ? float(pos[t]) : 0.0f;
   float rc[kRopePairs], rs[kRopePairs];
 #pragma unroll
   for (int j = 0; j < kRopePairs; ++j) {
     const int i = lane + 32 * j;
-    if (i < half) rope_cos_sin(p, freq[j], attn_scale, inverse, &rc[j], &rs[j]);
+    if (active && i < half) rope_cos_sin(p, inv_freq[i], attn_scale, inverse, &rc[j], &rs[j]);
   }
+  dev::pdl_begin();
+  if (!active) return;
+  float* v = x + size_t(t) * ld + size_t(h) * head_dim;
   if (norm_eps > 0.0f) {
     // Rows up to 32 * kHeld values are held in registers, all loaded before the sum (one memory latency);
     // the sum is in the same order either way.
@@ -175,45 +171,79 @@ __global__ void rope_kernel(float* x, int T, int heads, int head_dim, int ld, in
     rope_cos_sin(p, inv_freq[i], attn_scale, inverse, &c, &s);
     rotate_pair(r + 2 * i, c, s);
   }
-  if constexpr (POST > 0) {
-    __syncwarp();  // the rotated values, written by other lanes of this warp, are visible after it
-    float e[4];    // element lane + 32 u
-#pragma unroll
-    for (int u = 0; u < 4; ++u) e[u] = v[lane + 32 * u];
-    // Butterflies of hadamard_shared: stage len pairs (i, i + len), i without bit len: a + b at i, a - b at i + len.
-#pragma unroll
-    for (int len = 1; len < 32; len <<= 1) {
-      const bool low = (lane & len) == 0;
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const float other = __shfl_xor_sync(0xffffffffu, e[u], len);
-        e[u] = low ? e[u] + other : other - e[u];
-      }
-    }
-#pragma unroll
-    for (int len = 1; len < 4; len <<= 1)  // len 32 and 64: partners in the same lane
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-        if ((u & len) == 0) {
-          const float a = e[u], b = e[u + len];
-          e[u] = a + b;
-          e[u + len] = a - b;
-        }
-    const float norm = 1.0f / sqrtf(128.0f);
+}
+
+// The indexer's queries (head_dim 128): the rope of the trailing rope_dim values, then the Walsh-Hadamard rotation
+// and (FP4) the FP4 simulation per 32, one warp per (token, head) with the row in registers (lane holds values lane
+// + 32 u). The positions (written by the host) and so the cos/sin come before pdl_wait; after it the row is loaded
+// once, a rotated pair's other value comes from the neighbouring lane, and the row is written once (rope_kernel
+// then wrote and re-read it: two more memory round trips on a C4 layer's indexer path). Bit for bit rope_kernel then
+// hadamard_fp4_sim: the same operations on the same values in the same order.
+template <bool FP4>
+__global__ void rope_hadamard_kernel(float* x, int T, int heads, int ld, int rope_dim, const int* pos,
+                                     const float* inv_freq, float attn_scale) {
+  constexpr int kDim = 128;
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const bool active = row < T * heads;
+  const int t = active ? row / heads : 0, h = active ? row % heads : 0;
+  const int first = kDim - rope_dim;  // even: a pair's values are lanes 2i, 2i + 1 of one u
+  float c[4] = {}, s[4] = {};
+  if (active) {
+    const float p = float(pos[t]);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      e[u] *= norm;
-      if constexpr (POST == 2) {
-        e[u] = fp4_block_sim_lane(e[u]);
-      }
-      v[lane + 32 * u] = e[u];
+      const int j = lane + 32 * u;
+      if (j >= first) rope_cos_sin(p, inv_freq[(j - first) >> 1], attn_scale, false, &c[u], &s[u]);
     }
+  }
+  dev::pdl_begin();
+  if (!active) return;
+  float* v = x + size_t(t) * ld + size_t(h) * kDim;
+  float e[4];  // element lane + 32 u
+#pragma unroll
+  for (int u = 0; u < 4; ++u) e[u] = v[lane + 32 * u];
+  // rotate_pair's arithmetic: (a c - b s, b c + a s) for the pair (a, b) = (even, odd) element.
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const float other = __shfl_xor_sync(0xffffffffu, e[u], 1);
+    if (lane + 32 * u >= first)
+      e[u] = (lane & 1) == 0 ? __fsub_rn(__fmul_rn(e[u], c[u]), __fmul_rn(other, s[u]))
+                             : __fadd_rn(__fmul_rn(e[u], c[u]), __fmul_rn(other, s[u]));
+  }
+  // Butterflies of hadamard_shared: stage len pairs (i, i + len), i without bit len: a + b at i, a - b at i + len.
+#pragma unroll
+  for (int len = 1; len < 32; len <<= 1) {
+    const bool low = (lane & len) == 0;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float other = __shfl_xor_sync(0xffffffffu, e[u], len);
+      e[u] = low ? e[u] + other : other - e[u];
+    }
+  }
+#pragma unroll
+  for (int len = 1; len < 4; len <<= 1)  // len 32 and 64: partners in the same lane
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if ((u & len) == 0) {
+        const float a = e[u], b = e[u + len];
+        e[u] = a + b;
+        e[u + len] = a - b;
+      }
+  const float norm = 1.0f / sqrtf(128.0f);
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    e[u] *= norm;
+    if constexpr (FP4) {
+      e[u] = fp4_block_sim_lane(e[u]);
+    }
+    v[lane + 32 * u] = e[u];
   }
 }
 
 // rope() with the FP8 storage simulation (fp8_block > 0; the KV head): one block of 256 threads per row, so that
-// the norm's sum (warp 0, rope_kernel's order), the rotation's double-precision cos/sin (warp 1) and then the
-// simulation's blocks (one warp each) and the rotation run side by side. One warp doing all of it in turn was
+// the norm's sum (warp 0, rope_kernel's order), the rotation's double-precision cos/sin (warp 1, before pdl_wait)
+// and then the simulation's blocks (one warp each) and the rotation run side by side. One warp doing all of it in turn was
 // ~10 us of a batch-1 layer's critical path. head_dim <= 512 (two values per thread), fp8_block % 32 == 0.
 __global__ void __launch_bounds__(256) rope_norm_fp8_kernel(float* x, int heads, int head_dim, int ld, int rope_dim,
                                                             const int* pos, const float* inv_freq, float attn_scale,
@@ -231,11 +261,14 @@ __global__ void __launch_bounds__(256) rope_norm_fp8_kernel(float* x, int heads,
     nw[u] = norm_w && i < head_dim ? norm_w[i] : 1.0f;
   }
   const int half = rope_dim / 2;
-  float freq[2];  // warp 1's share of the constant table, also before pdl_wait (head_dim <= 512: half <= 256)
-#pragma unroll
-  for (int u = 0; u < 2; ++u) freq[u] = warp == 1 && lane + 32 * u < half ? inv_freq[lane + 32 * u] : 0.0f;
-  dev::pdl_begin();
   const int t = blockIdx.x / heads, h = blockIdx.x % heads;
+  // Warp 1: the rotation's double-precision cos/sin, from the host-written position and a constant table, so also
+  // before pdl_wait (the __syncthreads below publishes them).
+  if (warp == 1) {
+    const float p = float(pos[t]);
+    for (int i = lane; i < half; i += 32) rope_cos_sin(p, inv_freq[i], attn_scale, inverse, &cs[0][i], &cs[1][i]);
+  }
+  dev::pdl_begin();
   float* v = x + size_t(t) * ld + size_t(h) * head_dim;
   float val[2];
 #pragma unroll
@@ -254,14 +287,6 @@ __global__ void __launch_bounds__(256) rope_norm_fp8_kernel(float* x, int heads,
       if (lane + 32 * u < head_dim) sum += double(held[u]) * double(held[u]);
     sum = warp_sum(sum);
     if (lane == 0) scale = float(1.0 / sqrt(sum / double(head_dim) + double(norm_eps)));
-  } else if (warp == 1) {
-    const float p = float(pos[t]);
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int i = lane + 32 * u;
-      if (i < half) rope_cos_sin(p, freq[u], attn_scale, inverse, &cs[0][i], &cs[1][i]);
-    }
-    for (int i = lane + 64; i < half; i += 32) rope_cos_sin(p, inv_freq[i], attn_scale, inverse, &cs[0][i], &cs[1][i]);
   }
   __syncthreads();
   const float s = scale;
@@ -550,7 +575,7 @@ cudaError_t rope(float* x, int T, int heads, int head_dim, int ld, int rope_dim,
                 inv_freq, attn_scale, inverse, norm_eps, norm_w, fp8_block);
     return cudaGetLastError();
   }
-  dev::launch(rope_kernel<0>, dim3(blocks_for(size_t(T) * heads, 4)), dim3(128), 0, stream, x, T, heads, head_dim,
+  dev::launch(rope_kernel, dim3(blocks_for(size_t(T) * heads, 4)), dim3(128), 0, stream, x, T, heads, head_dim,
               ld, rope_dim, pos, inv_freq, attn_scale, inverse, norm_eps, norm_w);
   return cudaGetLastError();
 }
@@ -558,13 +583,13 @@ cudaError_t rope(float* x, int T, int heads, int head_dim, int ld, int rope_dim,
 cudaError_t rope_hadamard(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
                           const float* inv_freq, float attn_scale, bool fp4, cudaStream_t stream) {
   if (T == 0 || heads == 0) return cudaSuccess;
-  if (head_dim != 128) return cudaErrorInvalidValue;
+  if (head_dim != 128 || rope_dim < 0 || rope_dim > head_dim || rope_dim % 2) return cudaErrorInvalidValue;
   const dim3 grid(blocks_for(size_t(T) * heads, 4));
   if (fp4)
-    return dev::launch(rope_kernel<2>, grid, dim3(128), 0, stream, x, T, heads, head_dim, ld, rope_dim, pos, inv_freq,
-                       attn_scale, false, 0.0f, nullptr);
-  return dev::launch(rope_kernel<1>, grid, dim3(128), 0, stream, x, T, heads, head_dim, ld, rope_dim, pos, inv_freq,
-                     attn_scale, false, 0.0f, nullptr);
+    return dev::launch(rope_hadamard_kernel<true>, grid, dim3(128), 0, stream, x, T, heads, ld, rope_dim, pos,
+                       inv_freq, attn_scale);
+  return dev::launch(rope_hadamard_kernel<false>, grid, dim3(128), 0, stream, x, T, heads, ld, rope_dim, pos, inv_freq,
+                     attn_scale);
 }
 
 cudaError_t fp8_block_sim(float* x, int rows, int ld, int width, int block, cudaStream_t stream) {
