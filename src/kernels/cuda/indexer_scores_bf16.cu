@@ -38,10 +38,16 @@ __global__ void __launch_bounds__(kThreads) indexer_scores_bf16_kernel(BatchDesc
   const int t = blockIdx.x, j0 = blockIdx.y * kKeys;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int rg = warp % 4, kh = warp / 4;  // heads 16 rg .. + 16, keys 64 kh .. + 64
-  dev::pdl_begin();
+  // The host writes the positions, the sequences and the page table: read before the wait (kv.cu's
+  // indexer_scores_kernel), so that after it the queries' and keys' loads come first.
+  __shared__ int key_page[kKeys];  // the page of each of the tile's valid keys
   const int valid = (b.tok_pos[t] + 1) / ratio;
-  if (j0 >= valid) return;
   const int s = b.tok_seq[t];
+  if (threadIdx.x < kKeys && j0 + int(threadIdx.x) < valid)
+    key_page[threadIdx.x] = b.page_table[size_t(s) * b.page_ld + (j0 + threadIdx.x) / epp];
+  dev::pdl_begin();
+  if (j0 >= valid) return;
+  __syncthreads();  // key_page
   // Stage: the token's queries (2048 float4s, 8 per thread) and the tile's keys (4096, 16 per thread; zeros past
   // `valid`), every load issued before the first store.
   {
@@ -62,10 +68,8 @@ __global__ void __launch_bounds__(kThreads) indexer_scores_bf16_kernel(BatchDesc
     for (int u = 0; u < 8; ++u) {
       const int i = threadIdx.x + (8 * half + u) * kThreads, key = j0 + i / 32;
       v[u] = make_float4(0, 0, 0, 0);
-      if (key < valid) {
-        const int page = b.page_table[size_t(s) * b.page_ld + key / epp];
-        v[u] = reinterpret_cast<const float4*>(keys + (size_t(page) * epp + key % epp) * kDim)[i % 32];
-      }
+      if (key < valid)
+        v[u] = reinterpret_cast<const float4*>(keys + (size_t(key_page[i / 32]) * epp + key % epp) * kDim)[i % 32];
     }
 #pragma unroll
     for (int u = 0; u < 8; ++u) {

@@ -189,7 +189,6 @@ template <int kIdxKeys>
 __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const float* q, const float* w, int heads,
                                                              int dim, const float* keys, int epp, int ratio,
                                                              float scale, float* scores, int ld) {
-  dev::pdl_begin();
   constexpr int kGroups = 256 / kIdxKeys;
   extern __shared__ float sm[];
   const int qp = dim + 8;
@@ -197,10 +196,17 @@ __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const 
   const int kp = dim + 4;
   float* ks = sm + heads * qp;  // [kIdxKeys][dim + 4]
   __shared__ float part[kGroups][kIdxKeys];
+  __shared__ int key_page[kIdxKeys];  // the page of each of the tile's valid keys
   const int t = blockIdx.x, j0 = blockIdx.y * kIdxKeys;
+  // The host writes the positions (so the count of valid keys), the sequences and the page table: read before the
+  // wait, so that after it the queries' and keys' loads come first (not three dependent round trips).
   const int valid = (b.tok_pos[t] + 1) / ratio;
-  if (j0 >= valid) return;
   const int s = b.tok_seq[t];
+  if (threadIdx.x < kIdxKeys && j0 + int(threadIdx.x) < valid)
+    key_page[threadIdx.x] = b.page_table[size_t(s) * b.page_ld + (j0 + threadIdx.x) / epp];
+  dev::pdl_begin();
+  if (j0 >= valid) return;
+  __syncthreads();  // key_page
   {  // 8 float4 loads in flight per thread (dim % 4 == 0)
     const int q4 = heads * dim / 4, d4 = dim / 4;
     const float4* src = reinterpret_cast<const float4*>(q + size_t(t) * heads * dim);
@@ -223,10 +229,9 @@ __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const 
       for (int u = 0; u < 8; ++u) {
         const int i = b0 + u * blockDim.x, key = j0 + i / d4;
         v[u] = make_float4(0, 0, 0, 0);
-        if (i < kIdxKeys * d4 && key < valid) {
-          const int page = b.page_table[size_t(s) * b.page_ld + key / epp];
-          v[u] = *reinterpret_cast<const float4*>(keys + (size_t(page) * epp + key % epp) * dim + 4 * (i % d4));
-        }
+        if (i < kIdxKeys * d4 && key < valid)
+          v[u] = *reinterpret_cast<const float4*>(keys + (size_t(key_page[i / d4]) * epp + key % epp) * dim +
+                                                  4 * (i % d4));
       }
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
@@ -284,13 +289,13 @@ constexpr int kTopkBatch = 4;  // keys past the cached ones: re-read per pass, t
 template <int Cached>
 __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(BatchDesc b, const float* scores, int ld,
                                                                     int ratio, int k, int* idx) {
-  dev::pdl_begin();
   __shared__ int hist[256];
   __shared__ uint32_t s_prefix;
   __shared__ int s_remaining, s_count;
   __shared__ int warp_counts[32];
   const int t = blockIdx.x;
-  const int n = (b.tok_pos[t] + 1) / ratio;
+  const int n = (b.tok_pos[t] + 1) / ratio;  // written by the host: read before the wait
+  dev::pdl_begin();
   const int kk = min(k, n);
   int* out = idx + size_t(t) * k;
   for (int j = kk + threadIdx.x; j < k; j += blockDim.x) out[j] = -1;
