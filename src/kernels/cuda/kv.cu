@@ -207,9 +207,41 @@ __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const 
   dev::pdl_begin();
   if (j0 >= valid) return;
   __syncthreads();  // key_page
-  {  // 8 float4 loads in flight per thread (dim % 4 == 0)
-    const int q4 = heads * dim / 4, d4 = dim / 4;
-    const float4* src = reinterpret_cast<const float4*>(q + size_t(t) * heads * dim);
+  const int q4 = heads * dim / 4, d4 = dim / 4, k4 = kIdxKeys * d4;  // float4s of the queries and the tile's keys
+  const int j = threadIdx.x % kIdxKeys, hg = threadIdx.x / kIdxKeys;
+  const float* wt = w + size_t(t) * heads;
+  const float4* src = reinterpret_cast<const float4*>(q + size_t(t) * heads * dim);
+  auto key4 = [&](int i) {  // float4 i of the tile's keys (zeros past valid)
+    const int key = j0 + i / d4;
+    return key < valid ? *reinterpret_cast<const float4*>(keys + (size_t(key_page[i / d4]) * epp + key % epp) * dim +
+                                                          4 * (i % d4))
+                       : make_float4(0, 0, 0, 0);
+  };
+  auto store_q = [&](int i, float4 v) { *reinterpret_cast<float4*>(qs + (i / d4) * qp + 4 * (i % d4)) = v; };
+  auto store_k = [&](int i, float4 v) { *reinterpret_cast<float4*>(ks + (i / d4) * kp + 4 * (i % d4)) = v; };
+  // This thread's first two head weights (the heads loop's first step below), loaded with the rows.
+  const int h2_first = hg + kGroups < heads ? hg + kGroups : hg;
+  const float w_first = hg < heads ? wt[hg] : 0.0f, w_first2 = h2_first < heads ? wt[h2_first] : 0.0f;
+  if (q4 <= 8 * int(blockDim.x) && k4 <= 8 * int(blockDim.x)) {
+    // One round trip (V4's 64 heads x 128): the queries, the keys and the weights all in flight before any store.
+    float4 vq[8], vk[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int i = threadIdx.x + u * blockDim.x;
+      vq[u] = i < q4 ? src[i] : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int i = threadIdx.x + u * blockDim.x;
+      vk[u] = i < k4 ? key4(i) : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int i = threadIdx.x + u * blockDim.x;
+      if (i < q4) store_q(i, vq[u]);
+      if (i < k4) store_k(i, vk[u]);
+    }
+  } else {  // 8 float4 loads in flight per thread (dim % 4 == 0)
     for (int b0 = threadIdx.x; b0 < q4; b0 += blockDim.x * 8) {
       float4 v[8];
 #pragma unroll
@@ -218,31 +250,22 @@ __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const 
         v[u] = i < q4 ? src[i] : make_float4(0, 0, 0, 0);
       }
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int i = b0 + u * blockDim.x;
-        if (i < q4) *reinterpret_cast<float4*>(qs + (i / d4) * qp + 4 * (i % d4)) = v[u];
-      }
+      for (int u = 0; u < 8; ++u)
+        if (b0 + u * int(blockDim.x) < q4) store_q(b0 + u * blockDim.x, v[u]);
     }
-    for (int b0 = threadIdx.x; b0 < kIdxKeys * d4; b0 += blockDim.x * 8) {
+    for (int b0 = threadIdx.x; b0 < k4; b0 += blockDim.x * 8) {
       float4 v[8];
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
-        const int i = b0 + u * blockDim.x, key = j0 + i / d4;
-        v[u] = make_float4(0, 0, 0, 0);
-        if (i < kIdxKeys * d4 && key < valid)
-          v[u] = *reinterpret_cast<const float4*>(keys + (size_t(key_page[i / d4]) * epp + key % epp) * dim +
-                                                  4 * (i % d4));
+        const int i = b0 + u * blockDim.x;
+        v[u] = i < k4 ? key4(i) : make_float4(0, 0, 0, 0);
       }
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int i = b0 + u * blockDim.x;
-        if (i < kIdxKeys * d4) *reinterpret_cast<float4*>(ks + (i / d4) * kp + 4 * (i % d4)) = v[u];
-      }
+      for (int u = 0; u < 8; ++u)
+        if (b0 + u * int(blockDim.x) < k4) store_k(b0 + u * blockDim.x, v[u]);
     }
   }
   __syncthreads();
-  const int j = threadIdx.x % kIdxKeys, hg = threadIdx.x / kIdxKeys;
-  const float* wt = w + size_t(t) * heads;
   float acc = 0.0f;
   const float4* kj = reinterpret_cast<const float4*>(ks + j * kp);
   // Two heads at a time (the key's reads shared, eight independent partial sums), added to acc in head order.
@@ -263,8 +286,9 @@ __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const 
       s1.z = fmaf(b.z, k.z, s1.z);
       s1.w = fmaf(b.w, k.w, s1.w);
     }
-    acc += fmaxf((s0.x + s0.y) + (s0.z + s0.w), 0.0f) * scale * wt[h];
-    if (h2 != h) acc += fmaxf((s1.x + s1.y) + (s1.z + s1.w), 0.0f) * scale * wt[h2];
+    const bool first = h == hg;
+    acc += fmaxf((s0.x + s0.y) + (s0.z + s0.w), 0.0f) * scale * (first ? w_first : wt[h]);
+    if (h2 != h) acc += fmaxf((s1.x + s1.y) + (s1.z + s1.w), 0.0f) * scale * (first ? w_first2 : wt[h2]);
   }
   part[hg][j] = acc;
   __syncthreads();
