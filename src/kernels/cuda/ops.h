@@ -23,7 +23,8 @@ void set_pdl_enabled(bool on);
 // The token/sequence layout of one forward over a batch of sequence chunks (model/block.h Segment), all device
 // arrays. Token t belongs to sequence tok_seq[t] at position tok_pos[t]; sequence s owns batch rows
 // [seq_begin[s], seq_begin[s] + seq_count[s]), its first one at position seq_start[s] (its committed length),
-// request slot seq_slot[s] and KV pages page_table[s * page_ld + i].
+// request slot seq_slot[s] and KV pages page_table[s * page_ld + i]. The host writes them before the step's
+// kernels (a copy ahead of them); ops may read them before their dependency wait, so no kernel may write them.
 struct BatchDesc {
   int T = 0, S = 0;
   const int* tok_pos = nullptr;
@@ -62,7 +63,8 @@ cudaError_t rms_norm(const float* x, int rows, int dim, int ldx, const float* w,
 // For each token t, each of `heads` rows of head_dim at x + t * ld + h * head_dim: optionally the per-head
 // RMSNorm first (norm_eps > 0; weighted by norm_w [head_dim] when given, as rms_norm), then the interleaved
 // rotation of the trailing rope_dim values at position pos[t] (kernels/cpu/rope.h RopeTable::apply; inverse =
-// conjugate). inv_freq: [rope_dim / 2]. fp8_block > 0: also fp8_block_sim's arithmetic (blocks of fp8_block, a
+// conjugate). inv_freq: [rope_dim / 2]. pos is host-written like BatchDesc::tok_pos (read before the dependency
+// wait, with the cos/sin it gives). fp8_block > 0: also fp8_block_sim's arithmetic (blocks of fp8_block, a
 // trailing partial block its own) on the first head_dim - rope_dim values of each row, after the norm: bit for bit
 // rope then fp8_block_sim of those values (the KV head's FP8 storage simulation in one launch). It needs the norm
 // (norm_eps > 0), head_dim <= 512 and fp8_block a multiple of 32 (else cudaErrorInvalidValue).
@@ -70,7 +72,8 @@ cudaError_t rope(float* x, int T, int heads, int head_dim, int ld, int rope_dim,
                  const float* inv_freq, float attn_scale, bool inverse, float norm_eps, cudaStream_t stream,
                  const float* norm_w = nullptr, int fp8_block = 0);
 // The indexer's queries in one launch: rope (no norm, not inverse), then hadamard_fp4_sim(fp4) of each row, with
-// the same arithmetic as the two ops in turn. head_dim must be 128 (cudaErrorInvalidValue otherwise).
+// the same arithmetic as the two ops in turn. head_dim must be 128 and rope_dim even and at most head_dim
+// (cudaErrorInvalidValue otherwise).
 cudaError_t rope_hadamard(float* x, int T, int heads, int head_dim, int ld, int rope_dim, const int* pos,
                           const float* inv_freq, float attn_scale, bool fp4, cudaStream_t stream);
 // In place: each `block` of the first `width` values of each row -> fp8(clamp(x / s)) * s, s the power-of-two
