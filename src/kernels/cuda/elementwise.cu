@@ -243,8 +243,8 @@ __global__ void rope_hadamard_kernel(float* x, int T, int heads, int ld, int rop
 
 // rope() with the FP8 storage simulation (fp8_block > 0; the KV head): one block of 256 threads per row, so that
 // the norm's sum (warp 0, rope_kernel's order), the rotation's double-precision cos/sin (warp 1, before pdl_wait)
-// and then the simulation's blocks (one warp each) and the rotation run side by side. One warp doing all of it in turn was
-// ~10 us of a batch-1 layer's critical path. head_dim <= 512 (two values per thread), fp8_block % 32 == 0.
+// and then the simulation's blocks (one warp each) and the rotation run side by side. One warp doing all of it in
+// turn was ~10 us of a batch-1 layer's critical path. head_dim <= 512 (two values per thread), fp8_block % 32 == 0.
 __global__ void __launch_bounds__(256) rope_norm_fp8_kernel(float* x, int heads, int head_dim, int ld, int rope_dim,
                                                             const int* pos, const float* inv_freq, float attn_scale,
                                                             bool inverse, float norm_eps, const float* norm_w,

@@ -217,52 +217,28 @@ __global__ void __launch_bounds__(256) indexer_scores_kernel(BatchDesc b, const 
                                                           4 * (i % d4))
                        : make_float4(0, 0, 0, 0);
   };
-  auto store_q = [&](int i, float4 v) { *reinterpret_cast<float4*>(qs + (i / d4) * qp + 4 * (i % d4)) = v; };
-  auto store_k = [&](int i, float4 v) { *reinterpret_cast<float4*>(ks + (i / d4) * kp + 4 * (i % d4)) = v; };
   // This thread's first two head weights (the heads loop's first step below), loaded with the rows.
   const int h2_first = hg + kGroups < heads ? hg + kGroups : hg;
   const float w_first = hg < heads ? wt[hg] : 0.0f, w_first2 = h2_first < heads ? wt[h2_first] : 0.0f;
-  if (q4 <= 8 * int(blockDim.x) && k4 <= 8 * int(blockDim.x)) {
-    // One round trip (V4's 64 heads x 128): the queries, the keys and the weights all in flight before any store.
+  // Each pass has every thread's queries and keys in flight before any store: one pass, so one round trip, at
+  // V4's 64 heads x 128 (and at every shape the tests run).
+  for (int b0 = threadIdx.x; b0 < max(q4, k4); b0 += blockDim.x * 8) {
     float4 vq[8], vk[8];
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
-      const int i = threadIdx.x + u * blockDim.x;
+      const int i = b0 + u * blockDim.x;
       vq[u] = i < q4 ? src[i] : make_float4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
-      const int i = threadIdx.x + u * blockDim.x;
+      const int i = b0 + u * blockDim.x;
       vk[u] = i < k4 ? key4(i) : make_float4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
-      const int i = threadIdx.x + u * blockDim.x;
-      if (i < q4) store_q(i, vq[u]);
-      if (i < k4) store_k(i, vk[u]);
-    }
-  } else {  // 8 float4 loads in flight per thread (dim % 4 == 0)
-    for (int b0 = threadIdx.x; b0 < q4; b0 += blockDim.x * 8) {
-      float4 v[8];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int i = b0 + u * blockDim.x;
-        v[u] = i < q4 ? src[i] : make_float4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < 8; ++u)
-        if (b0 + u * int(blockDim.x) < q4) store_q(b0 + u * blockDim.x, v[u]);
-    }
-    for (int b0 = threadIdx.x; b0 < k4; b0 += blockDim.x * 8) {
-      float4 v[8];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const int i = b0 + u * blockDim.x;
-        v[u] = i < k4 ? key4(i) : make_float4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < 8; ++u)
-        if (b0 + u * int(blockDim.x) < k4) store_k(b0 + u * blockDim.x, v[u]);
+      const int i = b0 + u * blockDim.x;
+      if (i < q4) *reinterpret_cast<float4*>(qs + (i / d4) * qp + 4 * (i % d4)) = vq[u];
+      if (i < k4) *reinterpret_cast<float4*>(ks + (i / d4) * kp + 4 * (i % d4)) = vk[u];
     }
   }
   __syncthreads();
