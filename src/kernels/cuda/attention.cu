@@ -112,6 +112,10 @@ __device__ __forceinline__ void add_values(float4 (&o)[HPW][NCW], const float (&
 // and whose warps' chains of shared-memory reads are the time.
 template <int HPW, int NC, int DS>
 __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b, AttentionArgs a) {
+  const int t = blockIdx.x, h0 = blockIdx.y * (kWarps * HPW), split = blockIdx.z;
+  // The token's position, sequence, slot and key count come from the host-written BatchDesc: before the wait, so
+  // that after it the queries' and the first tile's loads come first (not two dependent round trips).
+  const TokenKeys tk(b, a, t);
   dev::pdl_begin();
   constexpr int HB = kWarps * HPW;
   constexpr int NCW = NC / DS;  // output float4 columns per lane of a warp
@@ -121,8 +125,6 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
   float* ks = qs + HB * hd;                   // [kTile][ldk]
   __shared__ const float* kptr[kTile];
   __shared__ float part_sc[DS][kWarps][HPW][kTile];  // the warps' shares of each score
-  const int t = blockIdx.x, h0 = blockIdx.y * HB, split = blockIdx.z;
-  const TokenKeys tk(b, a, t);
   const int pos = tk.pos, n = tk.n;
   const int per = split_keys(a.max_keys, a.splits);
   const int k0 = split * per, k1 = min(n, k0 + per);

@@ -372,8 +372,10 @@ template <bool kImage>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_mma_kernel(const __grid_constant__ BatchDesc b, const __grid_constant__ AttentionArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
-  dev::pdl_begin();
+  // The token's position, sequence, slot and key count (host-written BatchDesc) before the wait, so that after it the
+  // key codes' loads come first (not two dependent round trips ahead of them).
   const TokenKeys tk(b, a, blockIdx.x);
+  dev::pdl_begin();
   const int h0 = blockIdx.y * kHeads, warp = threadIdx.x / 32;
   // Shared memory: queries, key tile(s), staging rows (not with the image), exchange, key codes, barrier(s).
   constexpr size_t kTiles = kQBytes + (kImage ? 2 : 1) * kKBytes, kX = kTiles + (kImage ? 0 : kStageBytes);

@@ -189,8 +189,16 @@ bool gemv_stream_fits(const GemvArgs& a) {
 
 bool gemv_stream_preferred(const GemvArgs& a) {
   // Measured on the H200 against the one-pass kernel (docs/benchmarks/cuda-ops.md): every FP8 shape of the
-  // decode step gains or ties; BF16 ties at best (the head) or loses (the compressor, 5.2 vs 5.1 us).
-  return gemv_stream_fits(a) && a.wtype == WeightType::FP8;
+  // decode step gains or ties; BF16 alone ties at best (the head) or loses (the compressor, 5.2 vs 5.1 us). On a
+  // side branch (leave_sms) BF16 takes it too: the one-pass kernel's 512 short blocks of the C4 compressor's
+  // projection held the SMs that the query's wq_b waited for (~6 us in the layer's timeline); with the indexer
+  // scores' single round trip the V4-Flash layer measured 147.32 -> 144.18 us (MXFP4) and 164.06 -> 161.90 (FP8)
+  // at batch 1 on an H100 (sixty-seventh session). MOESERVE_GEMV_STREAM_BF16=0 keeps the one-pass kernel (A/B runs).
+  static const bool bf16_sides = [] {
+    const char* e = std::getenv("MOESERVE_GEMV_STREAM_BF16");
+    return !(e && std::string(e) == "0");
+  }();
+  return gemv_stream_fits(a) && (a.wtype == WeightType::FP8 || (bf16_sides && a.leave_sms > 0));
 }
 
 cudaError_t gemv_stream(const GemvArgs& a, cudaStream_t stream) {

@@ -7,6 +7,7 @@
 // 1x128 / 128x128 block scales: Hopper's FP8 tensor cores keep ~14 bits inside each 128-k block before the
 // fp32 promotion (DeepSeek-V3 report 3.3.2), so 2^-10 * sum|xw|.
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 
 #include "core/dtype.h"
@@ -500,6 +501,11 @@ TEST(CudaGemm, MoeGroupedExpertsAndCombine) {
                                std::to_string(a.problems) + (v.act8 ? " act8" : "");
       EXPECT_EQ(cuda::gemv_stream_fits(a), v.max_rows == 1) << what;
       EXPECT_EQ(cuda::gemv_stream_preferred(a), v.max_rows == 1 && c.fp8) << what;  // gemv() routes FP8 there
+      if (!std::getenv("MOESERVE_GEMV_STREAM_BF16")) {  // on a side branch (leave_sms) BF16 rows stream too
+        a.leave_sms = 8;
+        EXPECT_EQ(cuda::gemv_stream_preferred(a), v.max_rows == 1) << what << " leave_sms=8";
+        a.leave_sms = 0;
+      }
       // BF16 one-row groups called directly (gemv() keeps them on the one-pass kernel).
       MOESERVE_CUDA_CHECK(v.max_rows == 1 ? cuda::gemv_stream(a, nullptr) : cuda::gemv(a, nullptr));
       gy = host(y);
