@@ -420,6 +420,15 @@ void bench_attention(const std::string& model, int H, int S, int count, int ctx,
   const std::string kind = ratio == 0 ? "window" : indexed ? "C4 top-" + std::to_string(topk) : "C128";
   const std::string shape = model + " T=" + std::to_string(T) + (count == 1 ? " M=" + std::to_string(S) + " " : " ") + "ctx " + std::to_string(ctx);
   report("attention fp32 (" + kind + ")", shape, us, bytes, flops, roof_fp32, count == 1);
+  if (count == 1 && a.splits > 1) {  // the key splits adding themselves up, as GpuModel's decode steps run it
+    cuda::DeviceArray<int> arrivals(size_t(T) * H / 4, "arrivals");
+    arrivals.fill_bytes(0);
+    cuda::AttentionArgs self = a;
+    self.arrivals = arrivals.data();
+    self.arrival_slots = int(arrivals.size());
+    const double us_self = time_us([&](int) { MOESERVE_CUDA_CHECK(cuda::sparse_attention(bt.b, self, st)); }, 20);
+    report("attention fp32, splits self-combined (" + kind + ")", shape, us_self, bytes, flops, roof_fp32, false);
+  }
   // The tensor-core kernel (FP8-simulated keys under the checkpoint numerics): the queries, rope dims and
   // probabilities in three bf16 terms make its tensor work 3.75x the FLOPs above ((448 * 3 + 64 * 9) / 512), which
   // is what the bf16 ceiling is held against.

@@ -129,6 +129,13 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
     w4a8_item_counter_ = DeviceArray<int>(1, "W4A8 work item counter");
     w4a8_item_counter_.fill_bytes(0);
   }
+  // The fp32 attention kernel's key splits combine themselves on these counters (AttentionArgs::arrivals): enough
+  // for 256 tokens at 4 heads a block, the decode steps it serves; each launch leaves them at 0.
+  // MOESERVE_ATTN_SELF_COMBINE=0: the combine launch, for A/B runs.
+  if (const char* e = std::getenv("MOESERVE_ATTN_SELF_COMBINE"); !e || std::string(e) != "0") {
+    attn_arrivals_ = DeviceArray<int>(size_t(256) * std::max<int64_t>(1, config_.num_heads / 4), "attention arrivals");
+    attn_arrivals_.fill_bytes(0);
+  }
   // Diagnostics of the BF16 linears past 8 rows (cuBLASLt): MOESERVE_BF16_LT=0 sends them all to the GEMV, =wide
   // only those of N < 64 (the router gate of the test models); MOESERVE_BF16_TERMS=1|2|3: the bf16 terms an fp32
   // input is fed as (those linears and the skinny wo_a); MOESERVE_LT_SYNC=1 synchronizes the stream after each

@@ -200,6 +200,9 @@ class GpuModel {
   bool w4a8_split_ = true;
   // The W4A8 GEMMs' work-item counter (MoeW4A8Chain::item_counter); empty under MOESERVE_W4A8_DYNAMIC=0.
   cuda::DeviceArray<int> w4a8_item_counter_;
+  // The fp32 attention kernel's arrival counters (cuda::AttentionArgs::arrivals); empty under
+  // MOESERVE_ATTN_SELF_COMBINE=0.
+  cuda::DeviceArray<int> attn_arrivals_;
   // Steps of at least this many tokens score the indexer on tensor cores under the checkpoint numerics
   // (cuda::indexer_scores_bf16; MOESERVE_IDX_BF16_MIN_T overrides for A/B runs). One token stays on the fp32
   // kernel: its 8-key tiles spread a short context over more SMs (V4-Flash layer at B=1, ctx 4096: 142.3 against

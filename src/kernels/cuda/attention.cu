@@ -6,8 +6,9 @@
 // of 32 keys in shared memory; warp w owns heads [w * HPW, (w + 1) * HPW): lane j scores key j of the tile for
 // its heads (float4 loads, conflict-free with a 4-float row pad), the warp keeps the online-softmax state, and
 // for the output each lane owns float4 columns of the value rows. Splits (flash-decoding) keep the chip busy
-// for a single decode token; a combine kernel adds the sink, normalises and de-rotates. With one split the
-// block finishes itself.
+// for a single decode token; a combine kernel adds the sink, normalises and de-rotates, or, given arrival
+// counters (AttentionArgs::arrivals), the last split of each head block to finish does (one launch fewer on a
+// decode step's critical path). With one split the block finishes itself.
 #include <algorithm>
 #include <cstdlib>
 
@@ -107,6 +108,103 @@ __device__ __forceinline__ void add_values(float4 (&o)[HPW][NCW], const float (&
   }
 }
 
+// Pairs per lane whose rotation attention_kernel computes before pdl_wait for the queries' rope (q_norm_eps).
+constexpr int kQPairs = 2;
+
+// One query head in shared memory (hd <= 512), by one warp: rope()'s per-head RMSNorm and rotation
+// (elementwise.cu rope_kernel's arithmetic in its order, so bit for bit its values). rc/rs: the rotation of pairs
+// lane + 32 j, j < kQPairs; later pairs are computed here.
+__device__ __forceinline__ void norm_rope_query(float* v, const AttentionArgs& a, float pos, const float (&rc)[kQPairs],
+                                                const float (&rs)[kQPairs]) {
+  const int lane = threadIdx.x & 31, hd = a.hd, half = a.rope_dim / 2;
+  constexpr int kHeld = 16;  // 32 * kHeld >= 512
+  float held[kHeld];
+  double sum = 0;
+#pragma unroll
+  for (int u = 0; u < kHeld; ++u) held[u] = lane + 32 * u < hd ? v[lane + 32 * u] : 0.0f;
+#pragma unroll
+  for (int u = 0; u < kHeld; ++u)
+    if (lane + 32 * u < hd) sum += double(held[u]) * double(held[u]);
+  sum = warp_sum(sum);
+  const float s = float(1.0 / sqrt(sum / double(hd) + double(a.q_norm_eps)));
+#pragma unroll
+  for (int u = 0; u < kHeld; ++u)
+    if (lane + 32 * u < hd) v[lane + 32 * u] = held[u] * s;
+  __syncwarp();
+  float* r = v + (hd - a.rope_dim);
+#pragma unroll
+  for (int j = 0; j < kQPairs; ++j)
+    if (lane + 32 * j < half) rotate_pair(r + 2 * (lane + 32 * j), rc[j], rs[j]);
+  for (int i = lane + 32 * kQPairs; i < half; i += 32) {
+    float c, sn;
+    rope_cos_sin(pos, a.inv_freq[i], a.rope_scale, false, &c, &sn);
+    rotate_pair(r + 2 * i, c, sn);
+  }
+}
+
+// One head's key splits (partials of hd + 4 floats: max, sum, then the unnormalised output) added in split order
+// with the sink, normalised, de-rotated and stored: the lane's float4 columns c0 + lane + 32 c, as combine_kernel
+// computes them (its split order aside). The partials are other blocks' stores: read past L1. As in combine_kernel,
+// the maxima (lane-parallel) and the first kBatch splits' values are loaded in one memory round.
+template <int NC>
+__device__ __forceinline__ void combine_splits(const AttentionArgs& a, const float* src, float sink, int pos,
+                                               float* dst, int c0) {
+  constexpr int kBatch = 4;
+  const int lane = threadIdx.x & 31, hd4 = a.hd / 4, pitch = a.hd + 4;
+  float ms[kBatch], ls[kBatch];
+  float4 v[kBatch][NC];
+  auto load_batch = [&](int s0) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const bool valid = s0 + j < a.splits;
+      const float* ps = src + size_t(valid ? s0 + j : 0) * pitch;
+      ms[j] = valid ? __ldcg(ps) : -INFINITY;
+      ls[j] = valid ? __ldcg(ps + 1) : 0.0f;
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        const int d4 = c0 + lane + 32 * c;
+        v[j][c] = valid && d4 < hd4 ? __ldcg(reinterpret_cast<const float4*>(ps + 4) + d4) : make_float4(0, 0, 0, 0);
+      }
+    }
+  };
+  load_batch(0);
+  float M = sink;
+  for (int s0 = 0; s0 < a.splits; s0 += 32)
+    M = fmaxf(M, s0 + lane < a.splits ? __ldcg(src + size_t(s0 + lane) * pitch) : -INFINITY);
+  M = warp_max(M);
+  // The rotation while the loads are in flight (its cos/sin are long chains).
+  const RopeCs<NC> rope = output_rotation<NC>(a.hd, a.rope_dim, a.inv_freq, a.rope_scale, pos, c0);
+  float denom = expf(sink - M);
+  float4 o[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) o[c] = make_float4(0, 0, 0, 0);
+  for (int s0 = 0; s0 < a.splits; s0 += kBatch) {
+    if (s0 > 0) load_batch(s0);
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (ms[j] == -INFINITY) continue;  // past the splits, or a split past the token's keys
+      const float f = expf(ms[j] - M);
+      denom += ls[j] * f;
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        o[c].x += v[j][c].x * f;
+        o[c].y += v[j][c].y * f;
+        o[c].z += v[j][c].z * f;
+        o[c].w += v[j][c].w * f;
+      }
+    }
+  }
+  const float inv = 1.0f / denom;
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    o[c].x *= inv;
+    o[c].y *= inv;
+    o[c].z *= inv;
+    o[c].w *= inv;
+  }
+  rotate_store<NC>(o, a.hd, a.rope_dim, rope, dst, c0);
+}
+
 // DS: warps per head group, each taking 1/DS of head_dim (its share of every score, added in order through
 // shared memory, and of the output columns): twice the warps in flight for a decode token, whose blocks are few
 // and whose warps' chains of shared-memory reads are the time.
@@ -116,20 +214,27 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
   // The token's position, sequence, slot and key count come from the host-written BatchDesc: before the wait, so
   // that after it the queries' and the first tile's loads come first (not two dependent round trips).
   const TokenKeys tk(b, a, t);
-  dev::pdl_begin();
   constexpr int HB = kWarps * HPW;
   constexpr int NCW = NC / DS;  // output float4 columns per lane of a warp
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % kWarps, ds = (threadIdx.x >> 5) / kWarps;
+  const int cw0 = ds * NCW * 32;  // this warp's first output float4 column (and hd4 / DS its share of the dot)
+  // The queries' rotation (q_norm_eps): position and constant tables only, so before the wait.
+  float qrc[kQPairs] = {}, qrs[kQPairs] = {};
+  if (a.q_norm_eps > 0.0f)
+#pragma unroll
+    for (int j = 0; j < kQPairs; ++j)
+      if ((threadIdx.x & 31) + 32 * j < a.rope_dim / 2)
+        rope_cos_sin(float(tk.pos), a.inv_freq[(threadIdx.x & 31) + 32 * j], a.rope_scale, false, &qrc[j], &qrs[j]);
+  dev::pdl_begin();
   extern __shared__ float4 sm4[];
   const int hd = a.hd, ldk = hd + 4, hd4 = hd / 4;
   float* qs = reinterpret_cast<float*>(sm4);  // [HB][hd]
   float* ks = qs + HB * hd;                   // [kTile][ldk]
   __shared__ const float* kptr[kTile];
   __shared__ float part_sc[DS][kWarps][HPW][kTile];  // the warps' shares of each score
-  const int pos = tk.pos, n = tk.n;
+  const int n = tk.n;
   const int per = split_keys(a.max_keys, a.splits);
   const int k0 = split * per, k1 = min(n, k0 + per);
-  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % kWarps, ds = (threadIdx.x >> 5) / kWarps;
-  const int cw0 = ds * NCW * 32;  // this warp's first output float4 column (and hd4 / DS its share of the dot)
   // Key tile copies: where hd4 divides the block, thread i copies float4 column i % hd4 of rows i / hd4 + k * step.
   const int copy_step = blockDim.x % hd4 == 0 ? blockDim.x / hd4 : 0;
   const int copy_col = copy_step ? threadIdx.x % hd4 : 0, copy_row = copy_step ? threadIdx.x / hd4 : 0;
@@ -174,6 +279,11 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
       }
       cp_async_wait_all();
       __syncthreads();
+      if (a.q_norm_eps > 0.0f && tile == k0) {  // the queries have landed: their norm and rotation, a warp a head
+        for (int hh = threadIdx.x / 32; hh < HB; hh += blockDim.x / 32)
+          norm_rope_query(qs + hh * hd, a, float(tk.pos), qrc, qrs);
+        __syncthreads();
+      }
       const bool valid = tile + lane < k1;
       // Scores of key `lane` for this warp's heads.
       // Two chains of fused multiply-adds per head (even and odd float4s), added at the end: 4 instructions per
@@ -239,7 +349,7 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
     }
   }
   if (a.splits == 1) {
-    const RopeCs<NCW> rope = output_rotation<NCW>(hd, a.rope_dim, a.inv_freq, a.rope_scale, pos, cw0);
+    const RopeCs<NCW> rope = output_rotation<NCW>(hd, a.rope_dim, a.inv_freq, a.rope_scale, tk.pos, cw0);
 #pragma unroll
     for (int h = 0; h < HPW; ++h) {
       const int head = h0 + warp * HPW + h;
@@ -271,6 +381,26 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
       const int d4 = cw0 + lane + 32 * c;
       if (d4 < hd4) *reinterpret_cast<float4*>(dst + 4 + 4 * d4) = o[h][c];
     }
+  }
+  if (!a.arrivals) return;  // combine_kernel adds the splits
+  // The last split of this (token, head block) to arrive adds them itself, instead of a combine launch: the fence
+  // puts each block's partial ahead of its arrival, and the last block's reads after every arrival.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* count = a.arrivals + size_t(t) * gridDim.y + blockIdx.y;
+    last = atomicAdd(count, 1) == a.splits - 1;
+    if (last) *count = 0;  // zero again for the next launch (graph replays)
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+#pragma unroll
+  for (int h = 0; h < HPW; ++h) {
+    const int head = h0 + warp * HPW + h;
+    combine_splits<NCW>(a, a.partial + (size_t(t) * a.H + head) * a.splits * (hd + 4), a.sinks[head], tk.pos,
+                        a.o + (size_t(t) * a.H + head) * hd, cw0);
   }
 }
 
@@ -381,11 +511,15 @@ cudaError_t launch(const BatchDesc& b, const AttentionArgs& a, cudaStream_t stre
     configured = true;
   }
   dim3 grid(b.T, a.H / HB, a.splits);
+  // The splits combine themselves where there are counters for every (token, head block); else combine_kernel.
+  AttentionArgs k = a;
+  if (a.splits == 1 || int64_t(b.T) * (a.H / HB) > a.arrival_slots) k.arrivals = nullptr;
   if (split_dim)
-    dev::launch(attention_kernel<HPW, NC, DS>, dim3(grid), dim3(kWarps * 32 * DS), smem, stream, b, a);
+    dev::launch(attention_kernel<HPW, NC, DS>, dim3(grid), dim3(kWarps * 32 * DS), smem, stream, b, k);
   else
-    dev::launch(attention_kernel<HPW, NC, 1>, dim3(grid), dim3(kWarps * 32), smem, stream, b, a);
-  if (a.splits > 1) attention_combine(b, a, stream);  // combine_kernel<NC, kBatch>: NC from hd as launch_nc picks it
+    dev::launch(attention_kernel<HPW, NC, 1>, dim3(grid), dim3(kWarps * 32), smem, stream, b, k);
+  // combine_kernel<NC, kBatch>: NC from hd as launch_nc picks it
+  if (a.splits > 1 && !k.arrivals) attention_combine(b, a, stream);
   return cudaGetLastError();
 }
 
