@@ -142,6 +142,26 @@ __device__ __forceinline__ void norm_rope_query(float* v, const AttentionArgs& a
   }
 }
 
+// A batch of key splits' partials (maxima ms, sums ls, values v; ms = -inf: none) added to the running output o
+// and denominator with the weights exp(ms - M), in batch order: combine_kernel's and combine_splits' sums.
+template <int kBatch, int NC>
+__device__ __forceinline__ void add_splits(float4 (&o)[NC], float& denom, const float (&ms)[kBatch],
+                                           const float (&ls)[kBatch], const float4 (&v)[kBatch][NC], float M) {
+#pragma unroll
+  for (int j = 0; j < kBatch; ++j) {
+    if (ms[j] == -INFINITY) continue;  // past the splits, or a split past the token's keys
+    const float f = expf(ms[j] - M);
+    denom += ls[j] * f;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      o[c].x += v[j][c].x * f;
+      o[c].y += v[j][c].y * f;
+      o[c].z += v[j][c].z * f;
+      o[c].w += v[j][c].w * f;
+    }
+  }
+}
+
 // One head's key splits (partials of hd + 4 floats: max, sum, then the unnormalised output) added in split order
 // with the sink, normalised, de-rotated and stored: the lane's float4 columns c0 + lane + 32 c, as combine_kernel
 // computes them (its split order aside). The partials are other blocks' stores: read past L1. As in combine_kernel,
@@ -180,19 +200,7 @@ __device__ __forceinline__ void combine_splits(const AttentionArgs& a, const flo
   for (int c = 0; c < NC; ++c) o[c] = make_float4(0, 0, 0, 0);
   for (int s0 = 0; s0 < a.splits; s0 += kBatch) {
     if (s0 > 0) load_batch(s0);
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (ms[j] == -INFINITY) continue;  // past the splits, or a split past the token's keys
-      const float f = expf(ms[j] - M);
-      denom += ls[j] * f;
-#pragma unroll
-      for (int c = 0; c < NC; ++c) {
-        o[c].x += v[j][c].x * f;
-        o[c].y += v[j][c].y * f;
-        o[c].z += v[j][c].z * f;
-        o[c].w += v[j][c].w * f;
-      }
-    }
+    add_splits<kBatch, NC>(o, denom, ms, ls, v, M);
   }
   const float inv = 1.0f / denom;
 #pragma unroll
@@ -454,19 +462,7 @@ __global__ void __launch_bounds__(128) combine_kernel(BatchDesc b, AttentionArgs
   for (int c = 0; c < NC; ++c) o[c] = make_float4(0, 0, 0, 0);
   for (int j0 = 0; warp + kWarpsC * j0 < a.splits; j0 += kBatch) {
     if (j0 > 0) load_batch(j0);
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (ms[j] == -INFINITY) continue;
-      const float f = expf(ms[j] - M);
-      denom += ls[j] * f;
-#pragma unroll
-      for (int c = 0; c < NC; ++c) {
-        o[c].x += v[j][c].x * f;
-        o[c].y += v[j][c].y * f;
-        o[c].z += v[j][c].z * f;
-        o[c].w += v[j][c].w * f;
-      }
-    }
+    add_splits<kBatch, NC>(o, denom, ms, ls, v, M);
   }
 #pragma unroll
   for (int c = 0; c < NC; ++c) so[warp][c][lane] = o[c];
