@@ -142,6 +142,22 @@ __device__ __forceinline__ void norm_rope_query(float* v, const AttentionArgs& a
   }
 }
 
+// A head's combined output divided by its denominator (sink included), de-rotated and stored: the end of
+// combine_kernel and of combine_splits.
+template <int NC>
+__device__ __forceinline__ void normalise_store(float4 (&o)[NC], float denom, int hd, int rope_dim,
+                                                const RopeCs<NC>& rope, float* dst, int c0 = 0) {
+  const float inv = 1.0f / denom;
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    o[c].x *= inv;
+    o[c].y *= inv;
+    o[c].z *= inv;
+    o[c].w *= inv;
+  }
+  rotate_store<NC>(o, hd, rope_dim, rope, dst, c0);
+}
+
 // A batch of key splits' partials (maxima ms, sums ls, values v; ms = -inf: none) added to the running output o
 // and denominator with the weights exp(ms - M), in batch order: combine_kernel's and combine_splits' sums.
 template <int kBatch, int NC>
@@ -202,15 +218,7 @@ __device__ __forceinline__ void combine_splits(const AttentionArgs& a, const flo
     if (s0 > 0) load_batch(s0);
     add_splits<kBatch, NC>(o, denom, ms, ls, v, M);
   }
-  const float inv = 1.0f / denom;
-#pragma unroll
-  for (int c = 0; c < NC; ++c) {
-    o[c].x *= inv;
-    o[c].y *= inv;
-    o[c].z *= inv;
-    o[c].w *= inv;
-  }
-  rotate_store<NC>(o, a.hd, a.rope_dim, rope, dst, c0);
+  normalise_store<NC>(o, denom, a.hd, a.rope_dim, rope, dst, c0);
 }
 
 // DS: warps per head group, each taking 1/DS of head_dim (its share of every score, added in order through
@@ -231,8 +239,8 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
   if (a.q_norm_eps > 0.0f)
 #pragma unroll
     for (int j = 0; j < kQPairs; ++j)
-      if ((threadIdx.x & 31) + 32 * j < a.rope_dim / 2)
-        rope_cos_sin(float(tk.pos), a.inv_freq[(threadIdx.x & 31) + 32 * j], a.rope_scale, false, &qrc[j], &qrs[j]);
+      if (lane + 32 * j < a.rope_dim / 2)
+        rope_cos_sin(float(tk.pos), a.inv_freq[lane + 32 * j], a.rope_scale, false, &qrc[j], &qrs[j]);
   dev::pdl_begin();
   extern __shared__ float4 sm4[];
   const int hd = a.hd, ldk = hd + 4, hd4 = hd / 4;
@@ -482,15 +490,7 @@ __global__ void __launch_bounds__(128) combine_kernel(BatchDesc b, AttentionArgs
       o[c].w += p.w;
     }
   }
-  const float inv = 1.0f / denom;
-#pragma unroll
-  for (int c = 0; c < NC; ++c) {
-    o[c].x *= inv;
-    o[c].y *= inv;
-    o[c].z *= inv;
-    o[c].w *= inv;
-  }
-  rotate_store<NC>(o, hd, a.rope_dim, rope, a.o + size_t(row) * hd);
+  normalise_store<NC>(o, denom, hd, a.rope_dim, rope, a.o + size_t(row) * hd);
 }
 
 template <int HPW, int NC>
