@@ -46,21 +46,12 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   // low-priority blocks do not hold the SMs it waits for.
   const bool par = branches(T);
   const bool kv_main = par && !icomp;
-  // MOESERVE_ATTN_Q_ROPE=1 moves the queries' per-head norm and rope into the attention call (AttentionArgs::
-  // q_norm_eps: the fp32 kernel applies them as it stages the queries, one launch fewer). Off by default: with the
-  // splits combining themselves the V4-Flash layer at batch 1 was 1.4-1.8 us slower with it than without it, though
-  // each alone gained (docs/benchmarks/cuda-ops.md, sixty-eighth session).
-  static const bool q_rope_in_attention = [] {
-    const char* e = std::getenv("MOESERVE_ATTN_Q_ROPE");
-    return e && std::string(e) == "1";
-  }();
   auto query = [&] {  // wq_a, q_norm, wq_b and the rope (with an indexer: wq_b and the rope on side 2)
     linear(L.wq_a.view(), x, T, D, qr_, ql, true);
     MOESERVE_CUDA_CHECK(cuda::rms_norm(qr_, T, ql, ql, L.q_norm.data(), eps, qr_, ql, cur()));
     if (par && icomp) fork(2);
     linear(L.wq_b.view(), qr_, T, ql, q_, H * hd, true);
-    if (!q_rope_in_attention)
-      MOESERVE_CUDA_CHECK(cuda::rope(q_, T, H, hd, H * hd, rd, b.tok_pos, inv, rscale, false, eps, cur()));
+    MOESERVE_CUDA_CHECK(cuda::rope(q_, T, H, hd, H * hd, rd, b.tok_pos, inv, rscale, false, eps, cur()));
   };
   if (kv_main) {
     fork(2);
@@ -186,7 +177,6 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   aa.o = o_;
   aa.partial = attn_partial_;
   aa.splits = std::min(attn_splits_max_, cuda::attention_splits(T, H, max_keys));
-  aa.q_norm_eps = q_rope_in_attention ? eps : 0.0f;
   aa.arrivals = attn_arrivals_.size() ? attn_arrivals_.data() : nullptr;
   aa.arrival_slots = int(attn_arrivals_.size());
   aa.keys_bf16_nope = num.kv_fp8;

@@ -108,40 +108,6 @@ __device__ __forceinline__ void add_values(float4 (&o)[HPW][NCW], const float (&
   }
 }
 
-// Pairs per lane whose rotation attention_kernel computes before pdl_wait for the queries' rope (q_norm_eps).
-constexpr int kQPairs = 2;
-
-// One query head in shared memory (hd <= 512), by one warp: rope()'s per-head RMSNorm and rotation
-// (elementwise.cu rope_kernel's arithmetic in its order, so bit for bit its values). rc/rs: the rotation of pairs
-// lane + 32 j, j < kQPairs; later pairs are computed here.
-__device__ __forceinline__ void norm_rope_query(float* v, const AttentionArgs& a, float pos, const float (&rc)[kQPairs],
-                                                const float (&rs)[kQPairs]) {
-  const int lane = threadIdx.x & 31, hd = a.hd, half = a.rope_dim / 2;
-  constexpr int kHeld = 16;  // 32 * kHeld >= 512
-  float held[kHeld];
-  double sum = 0;
-#pragma unroll
-  for (int u = 0; u < kHeld; ++u) held[u] = lane + 32 * u < hd ? v[lane + 32 * u] : 0.0f;
-#pragma unroll
-  for (int u = 0; u < kHeld; ++u)
-    if (lane + 32 * u < hd) sum += double(held[u]) * double(held[u]);
-  sum = warp_sum(sum);
-  const float s = float(1.0 / sqrt(sum / double(hd) + double(a.q_norm_eps)));
-#pragma unroll
-  for (int u = 0; u < kHeld; ++u)
-    if (lane + 32 * u < hd) v[lane + 32 * u] = held[u] * s;
-  __syncwarp();
-  float* r = v + (hd - a.rope_dim);
-#pragma unroll
-  for (int j = 0; j < kQPairs; ++j)
-    if (lane + 32 * j < half) rotate_pair(r + 2 * (lane + 32 * j), rc[j], rs[j]);
-  for (int i = lane + 32 * kQPairs; i < half; i += 32) {
-    float c, sn;
-    rope_cos_sin(pos, a.inv_freq[i], a.rope_scale, false, &c, &sn);
-    rotate_pair(r + 2 * i, c, sn);
-  }
-}
-
 // A head's combined output divided by its denominator (sink included), de-rotated and stored: the end of
 // combine_kernel and of combine_splits.
 template <int NC>
@@ -234,13 +200,6 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
   constexpr int NCW = NC / DS;  // output float4 columns per lane of a warp
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % kWarps, ds = (threadIdx.x >> 5) / kWarps;
   const int cw0 = ds * NCW * 32;  // this warp's first output float4 column (and hd4 / DS its share of the dot)
-  // The queries' rotation (q_norm_eps): position and constant tables only, so before the wait.
-  float qrc[kQPairs] = {}, qrs[kQPairs] = {};
-  if (a.q_norm_eps > 0.0f)
-#pragma unroll
-    for (int j = 0; j < kQPairs; ++j)
-      if (lane + 32 * j < a.rope_dim / 2)
-        rope_cos_sin(float(tk.pos), a.inv_freq[lane + 32 * j], a.rope_scale, false, &qrc[j], &qrs[j]);
   dev::pdl_begin();
   extern __shared__ float4 sm4[];
   const int hd = a.hd, ldk = hd + 4, hd4 = hd / 4;
@@ -295,11 +254,6 @@ __global__ void __launch_bounds__(kWarps * 32 * DS) attention_kernel(BatchDesc b
       }
       cp_async_wait_all();
       __syncthreads();
-      if (a.q_norm_eps > 0.0f && tile == k0) {  // the queries have landed: their norm and rotation, a warp a head
-        for (int hh = threadIdx.x / 32; hh < HB; hh += blockDim.x / 32)
-          norm_rope_query(qs + hh * hd, a, float(tk.pos), qrc, qrs);
-        __syncthreads();
-      }
       const bool valid = tile + lane < k1;
       // Scores of key `lane` for this warp's heads.
       // Two chains of fused multiply-adds per head (even and odd float4s), added at the end: 4 instructions per

@@ -516,12 +516,6 @@ cudaError_t sparse_attention_mma(const BatchDesc& b, const AttentionArgs& a, cud
   // wave costs more than the splits save (T = 64 at the splits attention_splits picks: 167 against 120 us).
   AttentionArgs m = a;
   m.splits = std::max(1, std::min(a.splits, dev::sm_count() / (b.T * (a.H / kHeads))));
-  if (a.q_norm_eps > 0.0f) {  // the queries normed and rotated first, in place (AttentionArgs::q_norm_eps)
-    const cudaError_t e = rope(const_cast<float*>(a.q), b.T, a.H, a.hd, a.H * a.hd, a.rope_dim, b.tok_pos, a.inv_freq,
-                               a.rope_scale, false, a.q_norm_eps, stream);
-    if (e != cudaSuccess) return e;
-    m.q_norm_eps = 0.0f;
-  }
   if (image) {
     const int rows = std::max(b.T, a.window - 1 + (a.ratio > 0 ? a.image_comp : 0));
     const cudaError_t err = dev::launch(attention_key_image_kernel, dim3((rows + 7) / 8, b.S + 1), dim3(256), 0,

@@ -241,14 +241,6 @@ __device__ __forceinline__ void rope_cos_sin(float p, float inv_freq_i, float at
   *s = inverse ? -sn : sn;
 }
 
-// One rotated pair: (a c - b s, b c + a s), each product and sum rounded on its own (as the reference, and the
-// same in every kernel here: contracting either into an FMA is a choice the compiler makes per call site).
-__device__ __forceinline__ void rotate_pair(float* r, float c, float s) {
-  const float a = r[0], b = r[1];
-  r[0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-  r[1] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
-}
-
 // ---- Programmatic dependent launch (sm_90). A kernel started by launch() may begin while the kernel before it
 // in the stream is still running, so that its launch, its prologue (reading weights, which no kernel writes)
 // and the previous kernel's drain overlap. Every such kernel calls pdl_wait() in every thread before it touches

@@ -87,6 +87,14 @@ __global__ void __launch_bounds__(kNormMaxThreads)
   for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = w ? xr[i] * s * w[i] : xr[i] * s;
 }
 
+// One rotated pair: (a c - b s, b c + a s), each product and sum rounded on its own (as the reference, and the
+// same in every kernel here: contracting either into an FMA is a choice the compiler makes per call site).
+__device__ __forceinline__ void rotate_pair(float* r, float c, float s) {
+  const float a = r[0], b = r[1];
+  r[0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+  r[1] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+}
+
 // Values per lane of a row that rope_kernel's norm path holds in registers (rows up to 32 * kRopeHeld).
 constexpr int kRopeHeld = 16;
 constexpr int kRopePairs = 2;  // rotated pairs per lane whose cos/sin rope_kernel computes before pdl_wait

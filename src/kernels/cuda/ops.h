@@ -324,10 +324,6 @@ struct AttentionArgs {
   // Used where they cover the step (a head block is at least 4 heads: T * H / 4 suffice); else combine_kernel.
   int* arrivals = nullptr;
   int arrival_slots = 0;
-  // > 0: q is as wq_b leaves it, and the call applies rope()'s unweighted per-head RMSNorm (this eps) and rotation
-  // (inv_freq, rope_scale at the tokens' positions) first: the fp32 kernel as it stages the queries, bit for bit
-  // rope()'s values; the tensor-core kernel after a rope() launch that rewrites q in place (so q must be writable).
-  float q_norm_eps = 0.0f;
   // The keys' first hd - rope_dim dims are exact in bf16 (the FP8 KV simulation of the checkpoint numerics): steps
   // of 2 or more tokens, or over 512 or more keys, then take sparse_attention_mma (MOESERVE_ATTN_MMA_MIN_T=N: from
   // N tokens on).

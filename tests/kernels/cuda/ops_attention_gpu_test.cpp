@@ -446,36 +446,10 @@ std::vector<float> want(size_t(count) * H * hd);
       a.arrival_slots = 0;
     }
   };
-  // Queries as wq_b leaves them (AttentionArgs::q_norm_eps): the outputs of the queries after a rope() launch with
-  // that per-head norm, bit for bit (the fp32 kernel applies rope()'s arithmetic as it stages them).
-  auto raw_queries = [&](Kernel kernel, const std::string& name) {
-    const float eps = 1e-6f;
-    const auto q_raw = normal(q.size(), g);
-    auto q_fin = dev(q_raw);
-    MOESERVE_CUDA_CHECK(cuda::rope(q_fin.data(), count, H, hd, H * hd, rd, seq.b.tok_pos, dinv.data(), a.rope_scale,
-                                   false, eps, nullptr));
-    cuda::AttentionArgs r = a;
-    r.splits = cuda::attention_splits(count, H, a.max_keys);
-    cuda::DeviceArray<float> part(std::max<size_t>(1, cuda::attention_workspace_floats(count, H, hd, r.splits)), "p");
-    r.partial = part.data();
-    auto o1 = poisoned<float>(size_t(count) * H * hd), o2 = poisoned<float>(size_t(count) * H * hd);
-    r.q = q_fin.data();
-    r.o = o1.data();
-    MOESERVE_CUDA_CHECK(kernel(seq.b, r, nullptr));
-    auto q_in = dev(q_raw);  // the tensor-core kernel rewrites it in place
-    r.q = q_in.data();
-    r.q_norm_eps = eps;
-    r.o = o2.data();
-    MOESERVE_CUDA_CHECK(kernel(seq.b, r, nullptr));
-    ASSERT_EQ(host(o2), host(o1)) << name << " with q_norm_eps, H " << H << " ratio " << ratio << " start " << start
-                                  << " count " << count;
-  };
   check(cuda::sparse_attention, "attention");
-  raw_queries(cuda::sparse_attention, "attention");
   if (!fp8_keys) return;
   ASSERT_TRUE(cuda::sparse_attention_mma_fits(H, hd, rd, a.max_keys));
   check(cuda::sparse_attention_mma, "tensor-core attention");
-  raw_queries(cuda::sparse_attention_mma, "tensor-core attention");
   // The same with the keys converted once into a key image (poisoned first: rows the step cannot reach stay so).
   a.image_comp = ratio ? total / ratio : 0;
   auto image = poisoned<uint16_t>(cuda::attention_key_image_elems(count, 1, W, a.image_comp));
