@@ -177,9 +177,10 @@ class GpuModel {
   bool lt_sync_ = false;   // MOESERVE_LT_SYNC
   bool fp8_lt_ = true;     // FP8 linears past 8 rows on cuBLASLt (MOESERVE_FP8_LT)
   bool exact_skinny_ = true;  // exact kernels: linears of 2+ rows on tensor cores, fp32 input as 3 bf16 terms
-  // A one-token step's shared expert forks off the main stream after the MXFP4 routing glue, not before the
-  // router (MOESERVE_SHARED_AT=router keeps it before, for A/B runs).
-  bool shared_after_glue_ = true;
+  // The shared expert forks off the main stream before the router at every batch size;
+  // MOESERVE_SHARED_AT=glue forks a one-token step's after the MXFP4 routing glue instead (A/B runs; see
+  // GpuModel::moe).
+  bool shared_after_glue_ = false;
   bool shared_on_main_ = false;  // MOESERVE_SHARED_AT=main: the shared expert on the main stream (A/B runs)
   // FP8 experts at one token in one launch (MOESERVE_MOE_ONE_LAUNCH=1, =shared with the shared expert as one
   // more slot of it): off by default, see GpuModel::moe.
@@ -193,7 +194,8 @@ class GpuModel {
   // and the gather in two launches; MOESERVE_W13_SETTLED_IDS=0: the one fused launch, W13 waits for its counts.
   bool w13_settled_ids_ = true;
   // When a decode step's MXFP4 chain launches W2 while SwiGLU waits for W13 (moe_mxfp4): by default unless the
-  // shared expert forked after the routing glue; MOESERVE_W2_EARLY=0: never, =always: also then (A/B runs).
+  // shared expert forked after the routing glue (MOESERVE_SHARED_AT=glue); MOESERVE_W2_EARLY=0: never, =always:
+  // also then (A/B runs).
   enum class W2Early { Never, UnlessSharedAfterGlue, Always };
   W2Early w2_early_ = W2Early::UnlessSharedAfterGlue;
   // The dispatch table's splits by expert load (cuda::MoeW4A8Split) in the W4A8 GEMMs; MOESERVE_W4A8_SPLIT=0: none.

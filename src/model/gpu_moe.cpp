@@ -102,9 +102,11 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
     one_launch = cuda::moe_fp8_one_token_fits(f);
   }
   const bool shared_inside = one_launch && f.shared_out;
-  // At one token the shared expert's GEMVs, running beside the router and the routing glue (a chain of small
-  // latency-bound launches), delayed them; forked after the glue they overlap W13 instead: V4-Flash layer
-  // 138.7 vs 141.9 us at batch 1, but 205.3 vs 203.2 at batch 8, where W13 moves more bytes (device-ab, same call).
+  // The shared expert forks before the router, so that its w13 streams beside the router's chain of small
+  // launches. Forking a one-token step's after the routing glue (MOESERVE_SHARED_AT=glue), where it overlaps W13
+  // instead, was the default until the seventieth session: with the router's later changes and W2 launched early
+  // (which the fork after the glue turns off) the fork before the router measured 4.1 us faster in the V4-Flash
+  // MXFP4 layer at batch 1, level at 8 (H100; docs/benchmarks/cuda-ops.md, seventieth section).
   const bool after_glue = par && T == 1 && shared_after_glue_ && L.experts_mxfp4.defined();
   if (!after_glue && !shared_inside) shared();
   linear(L.gate.view(), x, T, D, gate_logits_, E, false, /*fp32_input=*/true);
@@ -283,7 +285,8 @@ void GpuModel::moe_mxfp4(const GpuMxfp4Experts& ex, int T, int K, float limit, c
                                                              cuda::MoeOutType::F32, TK, cfg13, st, c13));
   // W2 (settled) launched while SwiGLU waits for W13, so that its CTAs take the SMs W13's early finishers free and
   // load their first weight stages there: the V4-Flash layer 4.9 us faster at batch 8, 4.1 at 32 (H100). Not while
-  // the shared expert forked after the glue still needs those SMs beside W13 (one token: 6.5 us slower with it).
+  // the shared expert forked after the glue (MOESERVE_SHARED_AT=glue) still needs those SMs beside W13 (one token:
+  // 6.5 us slower with it).
   const bool w2_early = c2.counts_settled && (w2_early_ == W2Early::Always ||
                                                (w2_early_ == W2Early::UnlessSharedAfterGlue && !after_glue));
   MOESERVE_CUDA_CHECK(cuda::moe_swiglu_quant_f32(h13_, I, w4_slot_of_row_, TK, route_w_, limit, w4_a_, w4_sa_, sa_ld,
