@@ -105,8 +105,8 @@ void GpuModel::moe(const Plan& p, int l, const float* x, float* out, bool combin
   // The shared expert forks before the router, so that its w13 streams beside the router's chain of small
   // launches. Forking a one-token step's after the routing glue (MOESERVE_SHARED_AT=glue), where it overlaps W13
   // instead, was the default until the seventieth session: with the router's later changes and W2 launched early
-  // (which the fork after the glue turns off) the fork before the router measured 4.1 us faster in the V4-Flash
-  // MXFP4 layer at batch 1, level at 8 (H100; docs/benchmarks/cuda-ops.md, seventieth section).
+  // (which the fork after the glue turns off) the fork before the router measured 3.3-4.1 us faster in the V4-Flash
+  // MXFP4 layer at batch 1, level at 8 (two H100s; docs/benchmarks/cuda-ops.md, seventieth section).
   const bool after_glue = par && T == 1 && shared_after_glue_ && L.experts_mxfp4.defined();
   if (!after_glue && !shared_inside) shared();
   linear(L.gate.view(), x, T, D, gate_logits_, E, false, /*fp32_input=*/true);
