@@ -26,8 +26,9 @@ bool gemv_blocks_cover_most_sms(long long blocks);
 // when it does not fit: FP8, dense, M == 1, one problem, K = 1024, 2048 or 4096, at most 64 KB of weights per block
 // over all SMs (leave_sms does not apply: its blocks are short), 16-byte aligned x / weights / scales and scale rows.
 int gemv_small_tc_rows_per_block(const GemvArgs& args);
-// Whether gemv() routes args there: it fits, and its N x K is the indexer's wq_b (the shape measured in the layer:
-// gemv_small_tc.cu's kDefaultTcShapes), or MOESERVE_GEMV_TC=1 (every shape) or lists it (NxK,...); =0: none.
+// Whether gemv() routes args there: it fits, and its N x K is the indexer's wq_b or the shared expert's w2 (the shapes
+// measured in the layer: gemv_small_tc.cu's kDefaultTcShapes), or MOESERVE_GEMV_TC=1 (every shape) or lists it
+// (NxK,...); =0: none.
 bool gemv_small_tc_preferred(const GemvArgs& args);
 // cudaErrorInvalidValue when gemv_small_tc_rows_per_block(args) == 0.
 cudaError_t gemv_small_tc(const GemvArgs& args, cudaStream_t stream);

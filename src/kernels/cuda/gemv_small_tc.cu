@@ -303,11 +303,13 @@ cudaError_t launch_shape(const GemvArgs& a, const Plan& pl, cudaStream_t stream)
   return cudaErrorInvalidValue;
 }
 
-// The shapes routed here by default: the indexer's wq_b (V4-Flash 8192 x 1024). In the FP8-expert V4-Flash layer at
-// batch 1 it measured level with it (H100, 5 rounds: 168.36 against 168.27 us median) while the op is ~12 % faster
-// through gemv(); shared w2 (4096 x 2048) on this kernel made the layer ~1.2 us slower there (fifty-second,
-// fifty-sixth and fifty-seventh sections of docs/benchmarks/cuda-ops.md), so it stays on gemv()'s other kernels.
-constexpr std::pair<int, int> kDefaultTcShapes[] = {{8192, 1024}};
+// The shapes routed here by default: the indexer's wq_b and the shared expert's w2 (V4-Flash 8192 x 1024 and
+// 4096 x 2048), each 12-18 % shorter alone than on gemv()'s other kernels. In the V4-Flash layer at batch 1 the indexer's
+// wq_b measured level (H100, 168.36 against 168.27 us); shared w2 measured ~1.2 us slower in three H100 calls
+// (fifty-second to fifty-seventh sessions), then, after the shared expert's fork before the router and the BF16 side
+// GEMVs' move, level with FP8 experts and 0.5-1.3 us faster with MXFP4 ones in two (seventy-first section of
+// docs/benchmarks/cuda-ops.md).
+constexpr std::pair<int, int> kDefaultTcShapes[] = {{8192, 1024}, {4096, 2048}};
 
 // MOESERVE_GEMV_TC: unset the default shapes, "0" none, "1" every fitting shape, or "NxK[,NxK...]" only those (N rows
 // of K), so that the layer can be timed with one linear switched at a time. Anything else is reported once and read
