@@ -360,6 +360,13 @@ TEST(CudaGemm, OneBatchGemvSmallTensorCores) {
   beside.leave_sms = sms / 4;
   EXPECT_EQ(cuda::gemv_small_tc_rows_per_block(beside), cuda::gemv_small_tc_rows_per_block(shape(true, 4096, 2048, 1)));
   EXPECT_EQ(cuda::gemv_small_tc(shape(true, 4096, 2048, 2), nullptr), cudaErrorInvalidValue);
+  // gemv()'s default route (MOESERVE_GEMV_TC unset): the indexer's wq_b and shared w2 here, wq_a (64 blocks) not.
+  if (!std::getenv("MOESERVE_GEMV_TC") && sms == 132) {
+    EXPECT_TRUE(cuda::gemv_small_tc_preferred(shape(true, 4096, 2048, 1)));
+    EXPECT_TRUE(cuda::gemv_small_tc_preferred(shape(true, 8192, 1024, 1)));
+    EXPECT_FALSE(cuda::gemv_small_tc_preferred(shape(true, 1024, 4096, 1)));
+    EXPECT_FALSE(cuda::gemv_small_tc_preferred(shape(true, 4096, 2048, 2)));
+  }
 }
 
 // The grouped low-rank output projection: G problems with strided inputs and outputs (V4-Flash and V4-Pro).
