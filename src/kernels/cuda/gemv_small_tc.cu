@@ -307,7 +307,7 @@ cudaError_t launch_shape(const GemvArgs& a, const Plan& pl, cudaStream_t stream)
 // 4096 x 2048), each 12-18 % shorter alone than on gemv()'s other kernels. In the V4-Flash layer at batch 1 the indexer's
 // wq_b measured level (H100, 168.36 against 168.27 us); shared w2 measured ~1.2 us slower in three H100 calls
 // (fifty-second to fifty-seventh sessions), then, after the shared expert's fork before the router and the BF16 side
-// GEMVs' move, level with FP8 experts and 0.5-1.3 us faster with MXFP4 ones in two (seventy-first section of
+// GEMVs' move, level with FP8 experts and 0.5-1.3 us faster with MXFP4 ones in three (seventy-first section of
 // docs/benchmarks/cuda-ops.md).
 constexpr std::pair<int, int> kDefaultTcShapes[] = {{8192, 1024}, {4096, 2048}};
 
