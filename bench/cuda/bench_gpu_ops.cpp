@@ -93,8 +93,11 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
   const size_t wbytes = size_t(N) * K * (fp8 ? 1 : 2);
   Pool w(wbytes, fp8 ? 2 : 1, fp8 ? 448.0f : 0.02f);
   const int sld = (K + 127) / 128, bld = (sld + 3) / 4 * 4;
-  auto rs = floats(size_t(N) * sld, 1e-3f);
   auto bs = floats(size_t((N + 127) / 128) * bld, 1e-3f);
+  // The GEMVs' FP8 scales rotate with the weight copies (from HBM, as in a decode step): the 128 x 128 grid as the
+  // engine passes it where N % 128 == 0, or a copy per row (3 % of the weight bytes; gemv_small reads only these).
+  const bool grid_ok = fp8 && N % 128 == 0;
+  Pool row_scales(fp8 ? size_t(N) * sld * 4 : 4, 0, 1e-3f), grid_scales(size_t((N + 127) / 128) * bld * 4, 0, 1e-3f);
   for (int M : Ms) {
     auto x = floats(size_t(M) * K);
     auto y = floats(size_t(M) * N);
@@ -105,7 +108,7 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
     if (M <= 64) {
       cuda::GemvArgs a;
       a.wtype = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
-      a.row_scale = static_cast<float*>(rs.data());
+      a.row_scale = static_cast<const float*>(row_scales.get(0));
       a.N = N;
       a.K = K;
       a.scale_ld = sld;
@@ -115,27 +118,40 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
       a.ldy = N;
       a.M = M;
       // us per call of run(a) over the rotated weight copies; act8: with the FP8 activation simulation fused, as
-      // the model runs one-row FP8 linears under the checkpoint numerics.
-      auto time_gemv = [&](cudaError_t (*run)(const cuda::GemvArgs&, cudaStream_t), bool act8) {
+      // the model runs one-row FP8 linears under the checkpoint numerics; copies: the scales as a copy per row.
+      auto time_gemv = [&](cudaError_t (*run)(const cuda::GemvArgs&, cudaStream_t), bool act8, bool copies = false) {
         a.act_fp8 = act8;
+        const bool grid = grid_ok && !copies;
+        a.scale_ld = grid ? bld : sld;
+        a.scale_row_shift = grid ? 7 : 0;
         const double t = time_us([&](int i) {
           a.w = w.get(i);
+          a.row_scale = static_cast<const float*>((grid ? grid_scales : row_scales).get(i));
           MOESERVE_CUDA_CHECK(run(a, st));
         });
         a.act_fp8 = false;
+        a.row_scale = static_cast<const float*>(row_scales.get(0));  // for the fits checks below
+        a.scale_ld = sld;
+        a.scale_row_shift = 0;
         return t;
       };
       report(fp8 ? "gemv fp8 (exact fp32 act)" : "gemv bf16 (exact fp32 act)", shape, time_gemv(cuda::gemv, false),
              bytes, flops, roof_fp32, true);
-      if (fp8 && M == 1)
+      if (fp8 && M == 1) {
         report("gemv fp8 act8 (checkpoint)", shape, time_gemv(cuda::gemv, true), bytes, flops, roof_fp32, false);
+        if (grid_ok)  // the layout the GEMVs read before the grid (an A/B in the same run)
+          report("gemv fp8 (exact fp32 act, row-scale copies)", shape, time_gemv(cuda::gemv, false, true), bytes, flops,
+                 roof_fp32, false);
+      }
       if (cuda::gemv_stream_fits(a))  // the streaming kernel called directly (gemv() routes wide weights to it)
         report(fp8 ? "gemv_stream fp8 (direct)" : "gemv_stream bf16 (direct)", shape, time_gemv(cuda::gemv_stream, false),
                bytes, flops, roof_fp32, false);
       if (cuda::gemv_small_rows_per_block(a) > 0) {  // the one-batch kernel called directly (gemv() routes some)
-        report(fp8 ? "gemv_small fp8 (direct)" : "gemv_small bf16 (direct)", shape, time_gemv(cuda::gemv_small, false),
-               bytes, flops, roof_fp32, false);
-        if (fp8) report("gemv_small fp8 act8 (direct)", shape, time_gemv(cuda::gemv_small, true), bytes, flops, roof_fp32, false);
+        report(fp8 ? "gemv_small fp8 (direct)" : "gemv_small bf16 (direct)", shape,
+               time_gemv(cuda::gemv_small, false, true), bytes, flops, roof_fp32, false);
+        if (fp8)
+          report("gemv_small fp8 act8 (direct)", shape, time_gemv(cuda::gemv_small, true, true), bytes, flops, roof_fp32,
+                 false);
       }
       if (cuda::gemv_small_tc_rows_per_block(a) > 0) {  // its FP8 rows on tensor cores (MOESERVE_GEMV_TC=1 routes)
         report("gemv_small tc fp8 (direct)", shape, time_gemv(cuda::gemv_small_tc, false), bytes, flops, roof_fp32, false);
@@ -209,25 +225,31 @@ void bench_linear(const std::string& model, const std::string& name, int N, int 
   }
 }
 
-// Weights of N x K per problem (FP8 with per-row 128-block scales, scale_ld sld; or BF16), problems packed one after
-// another.
+// Weights of N x K per problem (FP8 with 128-block scales, scale_ld sld, a row of them per 2^shift weight rows: 0 a
+// copy per row, 7 the 128 x 128 grid; or BF16), problems packed one after another.
 void set_weights(cuda::GemvArgs& a, cuda::WeightType type, const void* w, const float* row_scale, int N, int K,
-                 int sld) {
+                 int sld, int shift = 0) {
   a.wtype = type;
   a.w = w;
   a.row_scale = row_scale;
   a.N = N;
   a.K = K;
   a.scale_ld = sld;
+  a.scale_row_shift = shift;
   a.w_stride = (long long)N * K;
-  a.scale_stride = (long long)N * sld;
+  a.scale_stride = (long long)((N + (1 << shift) - 1) >> shift) * sld;
 }
 
-// GEMV args of G problems of N x K FP8 weights (w set per launch), each on its own K-slice of x's M rows and writing
-// its own N columns of y (G = 1: one dense problem).
-cuda::GemvArgs grouped_args(int G, int N, int K, const float* row_scale, const float* x, float* y, int M) {
+// The floats of an N x K FP8 matrix's 128 x 128 scale grid as the engine keeps it (rows padded to 16 bytes), and its
+// row stride.
+int grid_ld(int K) { return ((K + 127) / 128 + 3) / 4 * 4; }
+size_t grid_floats(int N, int K) { return size_t((N + 127) / 128) * grid_ld(K); }
+
+// GEMV args of G problems of N x K FP8 weights (w set per launch; N % 128 == 0), each on its own K-slice of x's M
+// rows and writing its own N columns of y (G = 1: one dense problem). Scales: the grid, as the engine passes it.
+cuda::GemvArgs grouped_args(int G, int N, int K, const float* grid, const float* x, float* y, int M) {
   cuda::GemvArgs a = cuda::gemv_args_on_slices(G, N, K, x, y, M);
-  set_weights(a, cuda::WeightType::FP8, nullptr, row_scale, N, K, (K + 127) / 128);
+  set_weights(a, cuda::WeightType::FP8, nullptr, grid, N, K, grid_ld(K), 7);
   return a;
 }
 
@@ -237,9 +259,8 @@ void bench_grouped_linear(const std::string& model, const std::string& name, int
                           const std::vector<int>& Ms) {
   if (!want("linear")) return;
   const size_t wbytes = size_t(G) * N * K;
-  Pool w(wbytes, 2, 448.0f);
+  Pool w(wbytes, 2, 448.0f), grids(size_t(G) * grid_floats(N, K) * 4, 0, 1e-3f);  // the grids rotate with w
   const int sld = (K + 127) / 128;
-  auto rs = floats(size_t(G) * N * sld, 1e-3f);
   for (int M : Ms) {
     auto x = floats(size_t(M) * G * K);
     auto y = floats(size_t(M) * G * N);
@@ -248,10 +269,11 @@ void bench_grouped_linear(const std::string& model, const std::string& name, int
     const std::string shape = model + " " + name + " M=" + std::to_string(M) + " " + std::to_string(G) + "x" +
                               std::to_string(N) + "x" + std::to_string(K);
     if (shape.find(shape_filter) == std::string::npos) continue;
-    cuda::GemvArgs a = grouped_args(G, N, K, static_cast<float*>(rs.data()), static_cast<float*>(x.data()),
-                                    static_cast<float*>(y.data()), M);  // w rotates below
+    cuda::GemvArgs a = grouped_args(G, N, K, nullptr, static_cast<float*>(x.data()), static_cast<float*>(y.data()),
+                                    M);  // w and its scales rotate below
     const double us = time_us([&](int i) {
       a.w = w.get(i);
+      a.row_scale = static_cast<const float*>(grids.get(i));
       MOESERVE_CUDA_CHECK(cuda::gemv(a, st));
     });
     report("gemv fp8 grouped (fp32 act)", shape, us, bytes, flops, roof_fp32, true);
@@ -301,8 +323,8 @@ struct GemvSpec {
 void bench_gemv_chain(const std::string& name, GemvSpec a, GemvSpec b) {
   if (!want("chain") || name.find(shape_filter) == std::string::npos) return;
   Pool wa(size_t(a.G) * a.N * a.K, 2, 448.0f), wb(size_t(b.G) * b.N * b.K, 2, 448.0f);
-  auto rsa = floats(size_t(a.G) * a.N * (a.K / 128), 1e-3f);
-  auto rsb = floats(size_t(b.G) * b.N * (b.K / 128), 1e-3f);
+  auto rsa = floats(size_t(a.G) * grid_floats(a.N, a.K), 1e-3f);  // the scale grids
+  auto rsb = floats(size_t(b.G) * grid_floats(b.N, b.K), 1e-3f);
   auto x = floats(size_t(a.G) * a.K);
   auto mid = floats(std::max(size_t(a.G) * a.N, size_t(b.G) * b.K));  // a's output, b's input
   auto y = floats(size_t(b.G) * b.N);
@@ -585,8 +607,10 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
   cuda::DeviceBuffer W13(w13 * E, "w13"), W2(w2 * E, "w2");
   MOESERVE_CUDA_CHECK(cuda::fill_uniform(W13.data(), w13 * E / (fp8 ? 1 : 2), fp8 ? 2 : 1, fp8 ? 448.f : 0.02f, 5, st));
   MOESERVE_CUDA_CHECK(cuda::fill_uniform(W2.data(), w2 * E / (fp8 ? 1 : 2), fp8 ? 2 : 1, fp8 ? 448.f : 0.02f, 6, st));
-  const int sld1 = D / 128, sld2 = I / 128;
-  auto rs1 = floats(size_t(E) * 2 * I * sld1, 1e-3f), rs2 = floats(size_t(E) * D * sld2, 1e-3f);
+  // FP8 scales as the engine passes them: the 128 x 128 grid, rows padded to 16 bytes.
+  const int sld1 = D / 128, sld2 = I / 128, bld1 = (sld1 + 3) / 4 * 4, bld2 = (sld2 + 3) / 4 * 4;
+  const size_t grid1 = size_t(2 * I / 128) * bld1, grid2 = size_t(D / 128) * bld2;  // floats per expert
+  auto bs1 = floats(size_t(E) * grid1, 1e-3f), bs2 = floats(size_t(E) * grid2, 1e-3f);
   auto logits = floats(size_t(T) * E), bias = floats(E, 0.01f), x = floats(size_t(T) * D);
   cuda::DeviceArray<int> ids(size_t(T), "ids"), chosen(size_t(TK), "c"), groups(size_t(3 * E + 1), "g"), ros(size_t(TK), "r"),
       tor(size_t(TK), "t");
@@ -611,7 +635,7 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
     group();
     cuda::GemvArgs a;
     const cuda::WeightType type = fp8 ? cuda::WeightType::FP8 : cuda::WeightType::BF16;
-    set_weights(a, type, W13.data(), static_cast<float*>(rs1.data()), 2 * I, D, sld1);
+    set_weights(a, type, W13.data(), static_cast<float*>(bs1.data()), 2 * I, D, bld1, 7);
     a.x = static_cast<float*>(x.data());
     a.ldx = D;
     a.y = static_cast<float*>(h13.data());
@@ -627,7 +651,7 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
     MOESERVE_CUDA_CHECK(cuda::swiglu(static_cast<float*>(h13.data()), TK, nullptr, I, 10.0f, static_cast<float*>(wor.data()),
                                      static_cast<float*>(act.data()), st));
     cuda::GemvArgs b = a;
-    set_weights(b, type, W2.data(), static_cast<float*>(rs2.data()), D, I, sld2);
+    set_weights(b, type, W2.data(), static_cast<float*>(bs2.data()), D, I, bld2, 7);
     b.x = static_cast<float*>(act.data());
     b.ldx = I;
     b.y = static_cast<float*>(y.data());
@@ -649,8 +673,8 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
     cuda::DeviceArray<uint32_t> barrier(2, "barrier");
     barrier.fill_bytes(0, st);
     cuda::MoeFp8OneTokenArgs f;
-    f.w13 = {W13.data(), static_cast<float*>(rs1.data()), sld1, (long long)w13, (long long)2 * I * sld1};
-    f.w2 = {W2.data(), static_cast<float*>(rs2.data()), sld2, (long long)w2, (long long)D * sld2};
+    f.w13 = {W13.data(), static_cast<float*>(bs1.data()), bld1, 7, (long long)w13, (long long)grid1};
+    f.w2 = {W2.data(), static_cast<float*>(bs2.data()), bld2, 7, (long long)w2, (long long)grid2};
     f.D = D;
     f.I = I;
     f.K = K;
@@ -679,10 +703,10 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
     const double shared_flops = 2.0 * (TK + 1) * 3 * I * D;
     auto set_shared = [&](int i) {
       const int e = (i * 37 + 11) % E;
-      f.shared_w13 = {static_cast<uint8_t*>(W13.data()) + size_t(e) * w13, static_cast<float*>(rs1.data()) + size_t(e) * 2 * I * sld1,
-                      sld1, 0, 0};
-      f.shared_w2 = {static_cast<uint8_t*>(W2.data()) + size_t(e) * w2, static_cast<float*>(rs2.data()) + size_t(e) * D * sld2,
-                     sld2, 0, 0};
+      f.shared_w13 = {static_cast<uint8_t*>(W13.data()) + size_t(e) * w13,
+                      static_cast<float*>(bs1.data()) + size_t(e) * grid1, bld1, 7, 0, 0};
+      f.shared_w2 = {static_cast<uint8_t*>(W2.data()) + size_t(e) * w2, static_cast<float*>(bs2.data()) + size_t(e) * grid2,
+                     bld2, 7, 0, 0};
       f.shared_out = static_cast<float*>(out.data());
     };
     f.act_fp8 = true;
@@ -697,8 +721,6 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
   if (!fp8 || !cuda::gemm_fp8_skinny_fits(T, 2 * I, D)) return;
   // As the engine runs FP8 experts at up to 64 rows each in checkpoint numerics: gather, quantize, the grouped
   // tensor-core skinny GEMM, SwiGLU, quantize, the grouped skinny GEMM, combine.
-  const int bld1 = (sld1 + 3) / 4 * 4, bld2 = (sld2 + 3) / 4 * 4;
-  auto bs1 = floats(size_t(E) * (2 * I / 128) * bld1, 1e-3f), bs2 = floats(size_t(E) * (D / 128) * bld2, 1e-3f);
   cuda::DeviceBuffer xq(size_t(TK) * std::max(D, I), "xq"), xs(size_t(TK) * (std::max(D, I) / 128) * 4, "xs");
   auto* q = static_cast<uint8_t*>(xq.data());
   auto* qs = static_cast<float*>(xs.data());

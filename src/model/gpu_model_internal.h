@@ -8,16 +8,28 @@ namespace moeserve::model {
 
 constexpr int kSkinnyRows = 8;  // linears with at most this many rows always take the skinny GEMM
 
+// Whether the GEMVs read FP8 weights' 128 x 128 block scales where a view has them (the default), or the per-row
+// copies (MOESERVE_GEMV_BLOCK_SCALES=0, for A/B runs). The copies add 3 % to a one-row GEMV's bytes.
+bool gemv_reads_block_scales();
+
 // The weight side of a gemv: problems of [N, K] weights laid out back to back (grouped launches index them).
 inline void set_weights(cuda::GemvArgs& a, const GemmView& v, int N, int K) {
   a.wtype = v.type;
   a.w = v.w;
-  a.row_scale = v.row_scale;
   a.N = N;
   a.K = K;
-  a.scale_ld = v.scale_ld;
   a.w_stride = (long long)N * K;
-  a.scale_stride = (long long)N * v.scale_ld;
+  if (v.blk_scale && N % 128 == 0 && gemv_reads_block_scales()) {
+    a.row_scale = v.blk_scale;
+    a.scale_ld = v.blk_ld;
+    a.scale_row_shift = 7;
+    a.scale_stride = (long long)(N / 128) * v.blk_ld;
+  } else {
+    a.row_scale = v.row_scale;
+    a.scale_ld = v.scale_ld;
+    a.scale_row_shift = 0;
+    a.scale_stride = (long long)N * v.scale_ld;
+  }
 }
 
 }  // namespace moeserve::model

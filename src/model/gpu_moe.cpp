@@ -19,7 +19,7 @@ using cuda::WeightType;
 cuda::Fp8ExpertWeights fp8_experts(const GemmView& v, int N, int K) {
   cuda::GemvArgs a;
   set_weights(a, v, N, K);
-  return {a.w, a.row_scale, a.scale_ld, a.w_stride, a.scale_stride};
+  return {a.w, a.row_scale, a.scale_ld, a.scale_row_shift, a.w_stride, a.scale_stride};
 }
 
 }  // namespace

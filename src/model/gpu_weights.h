@@ -1,7 +1,8 @@
 #pragma once
 // DeepSeek-V4 weights on the GPU (CUDA backend). BF16 linears stay BF16; FP8 linears stay FP8 e4m3 with their
-// 128x128 block scales, kept twice in fp32: one scale per (row, 128 inputs) for the exact skinny GEMM
-// (kernels/cuda/ops.h gemv), and the block grid in cuBLASLt's BLK128x128 layout for prefill. MXFP4 routed
+// 128x128 block scales, kept twice in fp32: one scale per (row, 128 inputs) (kernels/cuda/ops.h gemv's copies per
+// row; the GEMVs read them only where the rows are not 128-aligned, or with MOESERVE_GEMV_BLOCK_SCALES=0), and the
+// block grid in cuBLASLt's BLK128x128 layout, which the GEMVs, the skinny GEMMs and cuBLASLt read. MXFP4 routed
 // experts stay MXFP4 (GpuMxfp4Experts, the W4A8 grouped GEMM's packed layout) when the model runs the fast
 // numerics with FP8 activations; otherwise (the exact parity numerics) they are expanded to BF16, exactly.
 // Small parameters are fp32.

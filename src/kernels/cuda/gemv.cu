@@ -143,8 +143,10 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 4 : 1) gemv_kernel(GemvArg
         }
         float ws[kRows];
 #pragma unroll
-        for (int r = 0; r < kRows; ++r)
-          ws[r] = !FP8 ? 1.0f : n0 + r < N ? __ldg(rs + size_t(n0 + r) * a.scale_ld + k / 128) : 0.0f;
+        for (int r = 0; r < kRows; ++r) {
+          const size_t srow = size_t((n0 + r) >> a.scale_row_shift);
+          ws[r] = !FP8 ? 1.0f : n0 + r < N ? __ldg(rs + srow * a.scale_ld + k / 128) : 0.0f;
+        }
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           float wf[VEC];
@@ -166,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 4 : 1) gemv_kernel(GemvArg
           const int n = n0 + r;
           if (n >= N) continue;
           float wf = weight_scalar<FP8>(w, size_t(n) * K + k);
-          if constexpr (FP8) wf *= rs[size_t(n) * a.scale_ld + k / 128];
+          if constexpr (FP8) wf *= rs[size_t(n >> a.scale_row_shift) * a.scale_ld + k / 128];
 #pragma unroll
           for (int i = 0; i < MT; ++i)
             if (mv[i]) acc[r][i] += xr[i][k] * wf;

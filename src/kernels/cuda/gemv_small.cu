@@ -95,7 +95,8 @@ Plan plan_for(const GemvArgs& a) {
   const bool fp8 = a.wtype == WeightType::FP8;
   const int rb = row_bytes(a);
   const bool fits = !a.group_count && a.M == 1 && a.problems >= 1 && a.N > 0 && rb % 512 == 0 &&
-                    pieces_supported(rb / 512) && (!fp8 || (a.row_scale && a.scale_ld > 0)) && a.x_stride % 4 == 0 &&
+                    pieces_supported(rb / 512) && (!fp8 || (a.row_scale && a.scale_ld > 0)) &&
+                    (!fp8 || a.scale_row_shift == 0) && a.x_stride % 4 == 0 &&
                     reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
                     (a.w_stride * (fp8 ? 1 : 2)) % 16 == 0 &&
                     (!fp8 || (reinterpret_cast<uintptr_t>(a.row_scale) % 16 == 0 && a.scale_stride % 4 == 0));

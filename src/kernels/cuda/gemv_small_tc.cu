@@ -64,10 +64,15 @@ struct Plan {
   size_t s_bytes = 0, smem = 0;
 };
 
+// Rows of scales a block of R rows copies: its R rows' copies, or with the 128 x 128 grid (scale_row_shift >= 6: R
+// divides 2^shift, and blocks start at multiples of R) the one row they all share.
+__host__ __device__ inline int scale_rows_of(const GemvArgs& a, int R) { return a.scale_row_shift ? 1 : R; }
+
 Plan plan_for(const GemvArgs& a) {
   Plan pl;
   const bool fits = a.wtype == WeightType::FP8 && !a.group_count && a.M == 1 && a.problems == 1 && a.N > 0 &&
                     a.K > 0 && a.K % 1024 == 0 && a.K <= 4096 && a.row_scale && a.scale_ld >= a.K / 128 &&
+                    (a.scale_row_shift == 0 || (a.scale_row_shift >= 6 && a.scale_row_shift < 31)) &&
                     (a.scale_ld * 4) % 16 == 0 && reinterpret_cast<uintptr_t>(a.row_scale) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
   if (!fits) return pl;
@@ -80,7 +85,7 @@ Plan plan_for(const GemvArgs& a) {
   if (rows == 48) rows = 64;  // compiled for 16, 32 and 64 rows
   if (rows > 64 || size_t(rows) * a.K > size_t(kMaxBlockWeights)) return pl;
   pl.rows = rows;
-  pl.s_bytes = size_t(rows) * a.scale_ld * 4;
+  pl.s_bytes = size_t(scale_rows_of(a, rows)) * a.scale_ld * 4;
   // 1 KB to align the swizzled boxes, the weights, the scales, x's terms per warp and column block, the partials.
   pl.smem = 1024 + size_t(rows) * a.K + pl.s_bytes + size_t(kWarps) * (a.K / 1024) * kTermBytes +
             size_t(kWarps) * rows * 4;
@@ -154,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ uint64_t full[NCB + 1];  // column block c's box, then the scales
   uint8_t* smem = smem_raw + ((1024 - (hopper::smem_addr(smem_raw) & 1023)) & 1023);  // 1 KB aligned (the swizzle)
   float* ss = reinterpret_cast<float*>(smem + size_t(R) * K);
-  const size_t s_bytes = size_t(R) * a.scale_ld * 4;
+  const size_t s_bytes = size_t(scale_rows_of(a, R)) * a.scale_ld * 4;
   uint8_t* terms = smem + size_t(R) * K + s_bytes;  // [warp][CPW][kTerms][kTermPitch] f16
   float* partials = reinterpret_cast<float*>(terms + size_t(kWarps) * CPW * kTermBytes);  // [warp][R]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -165,9 +170,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (threadIdx.x == 0) {
     for (int c = 0; c <= NCB; ++c) hopper::mbar_init(&full[c], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    const uint32_t sb = uint32_t(rows) * a.scale_ld * 4;  // a multiple of 16 (plan_for)
+    const uint32_t sb = uint32_t(scale_rows_of(a, rows)) * a.scale_ld * 4;  // a multiple of 16 (plan_for)
     hopper::mbar_arrive_expect_tx(&full[NCB], sb);
-    hopper::bulk_load(ss, a.row_scale + size_t(n0) * a.scale_ld, sb, &full[NCB]);
+    hopper::bulk_load(ss, a.row_scale + size_t(n0 >> a.scale_row_shift) * a.scale_ld, sb, &full[NCB]);
     for (int c = 0; c < NCB; ++c) {  // rows past N come in as zeros (and still count their bytes)
       hopper::mbar_arrive_expect_tx(&full[c], uint32_t(R) * 128);
       hopper::tma_load_2d(smem + size_t(c) * R * 128, &wmap, &full[c], c * 128, n0);
@@ -251,9 +256,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
       v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
       const int r0 = 16 * i + g, r1 = r0 + 8;
+      const int s0 = a.scale_row_shift ? 0 : r0, s1 = a.scale_row_shift ? 0 : r1;  // their rows of ss
       if (t == 0) {
-        if (r0 < rows) acc[i][0] = fmaf(v0, ss[size_t(r0) * a.scale_ld + c] * factor[j], acc[i][0]);
-        if (r1 < rows) acc[i][1] = fmaf(v1, ss[size_t(r1) * a.scale_ld + c] * factor[j], acc[i][1]);
+        if (r0 < rows) acc[i][0] = fmaf(v0, ss[size_t(s0) * a.scale_ld + c] * factor[j], acc[i][0]);
+        if (r1 < rows) acc[i][1] = fmaf(v1, ss[size_t(s1) * a.scale_ld + c] * factor[j], acc[i][1]);
       }
     }
   }

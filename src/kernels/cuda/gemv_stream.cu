@@ -1,5 +1,5 @@
 // Streaming skinny GEMM for one activation row (a decode step at batch 1): y[n] (+)= sum_k x[k] W[n, k], W BF16 or
-// FP8 e4m3 with per-row 128-block scales (ops.h GemvArgs), fp32 accumulation. gemv.cu's one-pass kernel gives
+// FP8 e4m3 with 128-block scales (ops.h GemvArgs), fp32 accumulation. gemv.cu's one-pass kernel gives
 // each block one round of loads; while the block waits for them, reduces and exits, and the next block starts,
 // its slot has nothing in flight (FP8 rows of 33 MB reached 63 % of the HBM bandwidth). Here warps are persistent:
 // teams of WQ warps walk the rows four at a time (a quad), each warp of a team taking every WQ-th k step of
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
         const int k = ks * kUnitK + (i * 32 + lane) * VEC;
         const bool in = n < N && k < K;
         u.w[r][i] = in ? __ldg(reinterpret_cast<const uint4*>(w + (size_t(n) * K + k) * kBytes)) : make_uint4(0, 0, 0, 0);
-        if constexpr (FP8) u.s[r][i] = in ? __ldg(rs + size_t(n) * a.scale_ld + k / 128) : 0.0f;
+        if constexpr (FP8) u.s[r][i] = in ? __ldg(rs + size_t(n >> a.scale_row_shift) * a.scale_ld + k / 128) : 0.f;
       }
     }
   };

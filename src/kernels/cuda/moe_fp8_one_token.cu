@@ -66,11 +66,12 @@ __device__ __forceinline__ QuadRows quad_rows(const Fp8ExpertWeights& routed, co
   const uint8_t* w = static_cast<const uint8_t*>(sh ? shared.w : routed.w) + e * routed.w_stride;
   const float* s = (sh ? shared.row_scale : routed.row_scale) + e * routed.scale_stride;
   const int ld = sh ? shared.scale_ld : routed.scale_ld;
+  const int shift = sh ? shared.scale_row_shift : routed.scale_row_shift;
   QuadRows q;
 #pragma unroll
   for (int r = 0; r < kStreamRows; ++r) {
     q.row[r] = w + size_t(n[r]) * cols;
-    q.rs[r] = s + size_t(n[r]) * ld;
+    q.rs[r] = s + size_t(n[r] >> shift) * ld;
   }
   return q;
 }

@@ -11,11 +11,13 @@
 
 namespace moeserve::cuda {
 
-// FP8 e4m3 experts stacked [E][rows][cols] with per-row 128-block scales [E][rows][scale_ld] (GemvArgs' layout).
+// FP8 e4m3 experts stacked [E][rows][cols] with 128-block scales [E][rows >> scale_row_shift][scale_ld] (GemvArgs'
+// layout: a copy per row, or the 128 x 128 grid with shift 7).
 struct Fp8ExpertWeights {
   const void* w = nullptr;
   const float* row_scale = nullptr;
   int scale_ld = 0;
+  int scale_row_shift = 0;
   long long w_stride = 0, scale_stride = 0;  // elements between experts
 };
 

@@ -199,8 +199,9 @@ cudaError_t hc_post_mix(float* h, int T, int hc, int dim, const float* y, const 
 
 // ---------------------------------------------------------------------------------------- GEMV (gemv.cu)
 // y[m, n] (+)= sum_k x[m, k] * W[n, k] with fp32 activations and fp32 accumulation, for few rows m (decode,
-// the exact path): weights read once per 8 rows. W: BF16 [N, K] or FP8 e4m3 [N, K] with per-row block scales
-// row_scale[n * scale_ld + k / 128] (each weight row carries its 128x128 block's scale; fp32).
+// the exact path): weights read once per 8 rows. W: BF16 [N, K] or FP8 e4m3 [N, K] with 128-block scales
+// row_scale[(n >> scale_row_shift) * scale_ld + k / 128] (fp32): a copy per row (shift 0: each weight row carries
+// its 128x128 block's scale) or the checkpoint's block grid itself (shift 7: one row of scales per 128 rows).
 // Batched/grouped: blockIdx.y = p indexes a problem: W + p * w_stride, row scales + p * scale_stride,
 // x + p * x_stride, y + p * y_stride (grouped output projection, stacked experts). Grouped rows (MoE): with
 // group_count != null, problem p (< *num_groups) is expert group_expert[p] (its weights), rows
@@ -213,6 +214,10 @@ struct GemvArgs {
   const void* w = nullptr;
   const float* row_scale = nullptr;
   int N = 0, K = 0, scale_ld = 0;
+  // FP8: weight rows n share the row of scales n >> scale_row_shift. 0: a copy per row ([N, scale_ld]); 7: the
+  // 128 x 128 blocks ([ceil(N / 128), scale_ld]), which a one-row GEMV reads 1/128 as much of (the copies add 3 %
+  // to its weight bytes). gemv_small takes 0 only; the other kernels both.
+  int scale_row_shift = 0;
   long long w_stride = 0, scale_stride = 0;
   const float* x = nullptr;
   int ldx = 0;

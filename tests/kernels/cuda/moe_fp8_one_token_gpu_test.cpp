@@ -20,11 +20,11 @@ using namespace gputest;
 
 constexpr double kSkinnyTol = 64.0 / 16777216.0;  // ops_gemm_gpu_test.cpp's bound on the GEMV's fp32 sums
 
-// The stacked experts as the gemv fields describe them (DeviceWeights::set).
-cuda::Fp8ExpertWeights expert_view(const DeviceWeights& dw, const Weights& w) {
+// The stacked experts as the gemv fields describe them (DeviceWeights::set): scales as a copy per row, or the grid.
+cuda::Fp8ExpertWeights expert_view(const DeviceWeights& dw, const Weights& w, bool block_scales = false) {
   cuda::GemvArgs a;
-  dw.set(a, w);
-  return {a.w, a.row_scale, a.scale_ld, a.w_stride, a.scale_stride};
+  dw.set(a, w, block_scales);
+  return {a.w, a.row_scale, a.scale_ld, a.scale_row_shift, a.w_stride, a.scale_stride};
 }
 
 // Row n of expert e times x, in double, and the sum of the products' magnitudes.
@@ -107,10 +107,10 @@ struct OneToken {
     dx = dev(x);
     barrier.fill_bytes(0);
   }
-  cuda::MoeFp8OneTokenArgs args(float limit, bool act8) const {
+  cuda::MoeFp8OneTokenArgs args(float limit, bool act8, bool block_scales = false) const {
     cuda::MoeFp8OneTokenArgs f;
-    f.w13 = expert_view(d13, w13);
-    f.w2 = expert_view(d2, w2);
+    f.w13 = expert_view(d13, w13, block_scales);
+    f.w2 = expert_view(d2, w2, block_scales);
     f.D = D;
     f.I = I;
     f.K = K;
@@ -149,7 +149,10 @@ TEST(CudaMoeFp8OneToken, MatchesReferencesAndTheGroupedChain) {
     const std::vector<float>& x = p.x;
     cuda::MoeFp8OneTokenArgs f = p.args(c.limit, c.act8);
     std::vector<float> act, y;
-    for (int launch = 0; launch < 3; ++launch) {
+    // Three launches with the scales as copies per row, then one with them as the 128 x 128 grid (the engine's
+    // layout): the same values, so the same bits.
+    for (int launch = 0; launch < 4; ++launch) {
+      if (launch == 3) f = p.args(c.limit, c.act8, /*block_scales=*/true);
       auto dact = poisoned<float>(size_t(c.K) * c.I), dy = poisoned<float>(size_t(c.K) * c.D);
       auto rows = poisoned<int>(size_t(c.K));
       f.act = dact.data();
@@ -164,8 +167,9 @@ TEST(CudaMoeFp8OneToken, MatchesReferencesAndTheGroupedChain) {
         act = got_act;
         y = got_y;
       } else {  // the same again: the barrier was left ready and nothing depends on earlier launches
-        expect_same_bits(got_act, act, "act, launch " + std::to_string(launch));
-        expect_same_bits(got_y, y, "y, launch " + std::to_string(launch));
+        const std::string what = launch == 3 ? "block scales" : "launch " + std::to_string(launch);
+        expect_same_bits(got_act, act, "act, " + what);
+        expect_same_bits(got_y, y, "y, " + what);
       }
     }
 
@@ -275,6 +279,20 @@ TEST(CudaMoeFp8OneToken, SharedExpertAsOneMoreSlot) {
     const float* shared_act = act.data() + size_t(c.K) * c.I;
     expect_act_row(s13, 0, 1.0, c.limit, xs, shared_act, std::string(c.name) + ": shared act");
     expect_y_row(s2, 0, shared_act, c.act8, out.data(), std::string(c.name) + ": shared out");
+
+    // The shared expert's scales as the 128 x 128 grid beside routed ones as copies per row: each slot reads its own
+    // layout, so the same bits.
+    f.shared_w13 = expert_view(ds13, s13, /*block_scales=*/true);
+    f.shared_w2 = expert_view(ds2, s2, /*block_scales=*/true);
+    auto dact1 = poisoned<float>(size_t(c.K + 1) * c.I), dy1 = poisoned<float>(size_t(c.K) * c.D);
+    auto dout1 = poisoned<float>(size_t(c.D));
+    f.act = dact1.data();
+    f.y = dy1.data();
+    f.shared_out = dout1.data();
+    MOESERVE_CUDA_CHECK(cuda::moe_fp8_one_token(f, nullptr));
+    expect_same_bits(host(dact1), act, std::string(c.name) + ": act, the shared expert's scales as the grid");
+    expect_same_bits(host(dy1), y, std::string(c.name) + ": y, the shared expert's scales as the grid");
+    expect_same_bits(host(dout1), out, std::string(c.name) + ": shared out, its scales as the grid");
   }
 }
 

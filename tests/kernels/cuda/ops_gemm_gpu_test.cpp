@@ -101,13 +101,17 @@ TEST(CudaGemm, SkinnyGemmDenseBf16AndFp8) {
         if (size_t(M) * s.N * s.K > (size_t(1) << 29)) continue;  // keep the double reference quick
         auto x = normal(size_t(M) * s.K, g);
         auto dx = dev(x);
-        auto y = poisoned<float>(size_t(M) * s.N);
-        const cuda::GemvArgs a = dw.args(w, dx.data(), s.K, y.data(), s.N, M);
-        MOESERVE_CUDA_CHECK(cuda::gemv(a, nullptr));
         std::vector<float> want, tol;
         skinny_expected(x, s.K, w, M, &want, &tol);
-        expect_close(host(y), want, tol,
-                     std::string("gemv ") + (fp8 ? "fp8 " : "bf16 ") + s.name + " M=" + std::to_string(M));
+        for (bool blk : {false, true}) {  // FP8 scales as a copy per row, then as the 128 x 128 grid
+          if (blk && !fp8) continue;
+          auto y = poisoned<float>(size_t(M) * s.N);
+          const cuda::GemvArgs a = dw.args(w, dx.data(), s.K, y.data(), s.N, M, blk);
+          MOESERVE_CUDA_CHECK(cuda::gemv(a, nullptr));
+          expect_close(host(y), want, tol,
+                       std::string("gemv ") + (fp8 ? "fp8 " : "bf16 ") + (blk ? "block scales " : "") + s.name +
+                           " M=" + std::to_string(M));
+        }
       }
     }
   }
@@ -178,12 +182,14 @@ TEST(CudaGemm, SkinnyGemmFusedFp8ActivationSimulation) {
 enum class XRange { Normal, Wide, OneTinyBlock };
 
 // A one-row kernel called directly (gemv_stream, gemv_small) over `problems` stacked problems of N x K with their
-// own x and y rows: accumulate onto y0, the FP8 activation simulation when act8. Every element against the double
-// reference of the (simulated) x; with act8 also bit for bit the same kernel fed pre-simulated x. `accept` sees the
-// args first (its own checks; false: not run).
+// own x and y rows: accumulate onto y0, the FP8 activation simulation when act8, FP8 scales as the 128 x 128 grid
+// when block_scales (else a copy per row). Every element against the double reference of the (simulated) x; with
+// act8 also bit for bit the same kernel fed pre-simulated x. `accept` sees the args first (its own checks; false:
+// not run).
 void check_one_row_kernel(const std::string& name, int N, int K, int problems, bool fp8, bool act8, int leave_sms,
                           std::mt19937_64& g, const std::function<bool(const cuda::GemvArgs&, const std::string&)>& accept,
-                          const std::function<cudaError_t(const cuda::GemvArgs&)>& run, XRange range = XRange::Normal) {
+                          const std::function<cudaError_t(const cuda::GemvArgs&)>& run, XRange range = XRange::Normal,
+                          bool block_scales = false) {
   Weights w = make_weights(fp8, N, K, problems, g);
   const DeviceWeights dw(w);
   const int xstride = K + 64;
@@ -205,7 +211,7 @@ void check_one_row_kernel(const std::string& name, int N, int K, int problems, b
   auto y0 = normal(size_t(problems) * N, g);  // accumulated onto
   auto dx = dev(x), dxs = dev(xs);
   auto y = dev(y0), y_sep = dev(y0);
-  cuda::GemvArgs a = dw.args(w, dx.data(), xstride, y.data(), N, 1);
+  cuda::GemvArgs a = dw.args(w, dx.data(), xstride, y.data(), N, 1, block_scales);
   a.x_stride = xstride;
   a.y_stride = N;
   a.problems = problems;
@@ -213,7 +219,8 @@ void check_one_row_kernel(const std::string& name, int N, int K, int problems, b
   a.act_fp8 = act8;
   a.leave_sms = leave_sms;
   const std::string what = name + (fp8 ? " fp8 " : " bf16 ") + (act8 ? "act8 " : "") +
-                           (range == XRange::Wide ? "wide x " : range == XRange::OneTinyBlock ? "one tiny block " : "");
+                           (range == XRange::Wide ? "wide x " : range == XRange::OneTinyBlock ? "one tiny block " : "") +
+                           (block_scales ? "block scales " : "");
   if (!accept(a, what)) return;
   MOESERVE_CUDA_CHECK(run(a));
   const std::vector<float> got = host(y);
@@ -240,14 +247,16 @@ void check_one_row_kernel(const std::string& name, int N, int K, int problems, b
 
 // The streaming one-row kernel called directly (gemv() routes FP8 rows to it): stacked problems with
 // their own x and y, rows not a multiple of its 4-row units, K not a multiple of its 2 x 512-byte steps,
-// accumulate, and the FP8 activation simulation in its staging (bit for bit the kernel fed pre-simulated x).
+// accumulate, the FP8 activation simulation in its staging (bit for bit the kernel fed pre-simulated x), and FP8
+// scales as a copy per row or as the 128 x 128 grid (problems of 1026 and 130 rows: a last block row of 2).
 TEST(CudaGemm, StreamingGemvOneRow) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
   struct Shape { int N, K, problems; const char* name; };
   for (Shape s : {Shape{1026, 1536, 3, "pro wq_b-like K"}, Shape{37, 4096, 1, "few rows"},
                   Shape{4096, 2048, 1, "flash w2"}, Shape{130, 16384, 2, "longest K"}})
-    for (bool fp8 : {false, true})
+    for (int variant = 0; variant < 3; ++variant) {  // BF16, FP8 with per-row scales, FP8 with block scales
+      const bool fp8 = variant > 0, blk = variant == 2;
       for (bool act8 : {false, true})
         check_one_row_kernel(
             std::string("gemv_stream ") + s.name, s.N, s.K, s.problems, fp8, act8, 0, g,
@@ -255,7 +264,8 @@ TEST(CudaGemm, StreamingGemvOneRow) {
               EXPECT_TRUE(cuda::gemv_stream_fits(a)) << what;
               return cuda::gemv_stream_fits(a);
             },
-            [](const cuda::GemvArgs& a) { return cuda::gemv_stream(a, nullptr); });
+            [](const cuda::GemvArgs& a) { return cuda::gemv_stream(a, nullptr); }, XRange::Normal, blk);
+    }
   const cuda::GemvArgs two_rows = tiny_bf16_args(128, 2);  // not its case: refused
   EXPECT_FALSE(cuda::gemv_stream_fits(two_rows));
   EXPECT_EQ(cuda::gemv_stream(two_rows, nullptr), cudaErrorInvalidValue);
@@ -305,6 +315,9 @@ TEST(CudaGemm, OneBatchGemvSmallMatrices) {
   EXPECT_EQ(cuda::gemv_small_rows_per_block(shape(true, 4096, 8192, 1)), 0);
   EXPECT_EQ(cuda::gemv_small_rows_per_block(shape(true, 64, 640, 1)), 0);
   EXPECT_EQ(cuda::gemv_small_rows_per_block(shape(true, 8192, 1024, 1)), 64);
+  cuda::GemvArgs grid_scales = shape(true, 8192, 1024, 1);  // FP8 scales as the 128 x 128 grid: copies per row only
+  grid_scales.scale_row_shift = 7;
+  EXPECT_EQ(cuda::gemv_small_rows_per_block(grid_scales), 0);
   // Where gemv() routes to it: BF16 rows of >= 2 KB, <= 64 KB per block, blocks on most SMs.
   EXPECT_TRUE(cuda::gemv_small_preferred(shape(false, 1024, 4096, 1)));   // BF16 wq_a / wo_a group
   EXPECT_FALSE(cuda::gemv_small_preferred(shape(true, 4096, 2048, 1)));   // FP8 (shared w2): the streaming kernel
@@ -316,8 +329,9 @@ TEST(CudaGemm, OneBatchGemvSmallMatrices) {
 
 // gemv_small's FP8 rows on tensor cores (gemv_small_tc), called directly: the V4-Flash shapes it is built for (shared
 // w2, the indexer's wq_b, wq_a), a last block of one row and one of 12, accumulate, the FP8 activation simulation (bit
-// for bit the kernel fed pre-simulated x, whose exact f16 terms then hold one term each), x over 120 binades between
-// blocks and 20 within one (the four f16 terms) and one block near 2^-100 alone; and the shapes it refuses.
+// for bit the kernel fed pre-simulated x, whose exact f16 terms then hold one term each), scales as a copy per row
+// and as the 128 x 128 grid, x over 120 binades between blocks and 20 within one (the four f16 terms) and one block
+// near 2^-100 alone; and the shapes it refuses.
 TEST(CudaGemm, OneBatchGemvSmallTensorCores) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
@@ -325,7 +339,8 @@ TEST(CudaGemm, OneBatchGemvSmallTensorCores) {
   struct Shape { int N, K; const char* name; };
   for (Shape s : {Shape{4096, 2048, "flash shared w2"}, Shape{8192, 1024, "indexer wq_b"}, Shape{1024, 4096, "wq_a"},
                   Shape{4001, 2048, "a last block of one row"}, Shape{300, 1024, "few rows"}})
-    for (bool act8 : {false, true})
+    for (int run = 0; run < 4; ++run) {
+      const bool act8 = run & 1, blk = run >= 2;
       check_one_row_kernel(
           std::string("gemv_small_tc ") + s.name, s.N, s.K, 1, true, act8, 0, g,
           [&](const cuda::GemvArgs& a, const std::string& what) {
@@ -336,13 +351,14 @@ TEST(CudaGemm, OneBatchGemvSmallTensorCores) {
             if (sms == 132 && s.N == 8192) EXPECT_EQ(rows, 64) << what;
             return rows > 0;
           },
-          [](const cuda::GemvArgs& a) { return cuda::gemv_small_tc(a, nullptr); });
+          [](const cuda::GemvArgs& a) { return cuda::gemv_small_tc(a, nullptr); }, XRange::Normal, blk);
+    }
   for (XRange range : {XRange::Wide, XRange::OneTinyBlock})
-    for (bool act8 : {false, true})
+    for (int run = 0; run < 4; ++run)
       check_one_row_kernel(
-          "gemv_small_tc flash shared w2", 4096, 2048, 1, true, act8, 0, g,
+          "gemv_small_tc flash shared w2", 4096, 2048, 1, true, run & 1, 0, g,
           [](const cuda::GemvArgs&, const std::string&) { return true; },
-          [](const cuda::GemvArgs& a) { return cuda::gemv_small_tc(a, nullptr); }, range);
+          [](const cuda::GemvArgs& a) { return cuda::gemv_small_tc(a, nullptr); }, range, run >= 2);
   // Not its case: refused. Two rows; two problems; BF16; K = 1536 and 8192; 4096 x 4096 (128 KB a block). On a side
   // branch (leave_sms) the same rows: its blocks are short and leave room beside them.
   auto dummy = dev(std::vector<float>(64));
@@ -356,6 +372,9 @@ TEST(CudaGemm, OneBatchGemvSmallTensorCores) {
   EXPECT_EQ(cuda::gemv_small_tc_rows_per_block(shape(true, 4096, 1536, 1)), 0);
   EXPECT_EQ(cuda::gemv_small_tc_rows_per_block(shape(true, 1024, 8192, 1)), 0);
   EXPECT_EQ(cuda::gemv_small_tc_rows_per_block(shape(true, 4096, 4096, 1)), 0);
+  cuda::GemvArgs two_row_blocks = shape(true, 4096, 2048, 1);  // scales shared by 2 rows: blocks span 16 of them
+  two_row_blocks.scale_row_shift = 1;
+  EXPECT_EQ(cuda::gemv_small_tc_rows_per_block(two_row_blocks), 0);
   cuda::GemvArgs beside = shape(true, 4096, 2048, 1);
   beside.leave_sms = sms / 4;
   EXPECT_EQ(cuda::gemv_small_tc_rows_per_block(beside), cuda::gemv_small_tc_rows_per_block(shape(true, 4096, 2048, 1)));
