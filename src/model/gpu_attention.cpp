@@ -224,8 +224,10 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
     GemmView w = wa;
     if (w.type == WeightType::FP8) {
       auto* bf16 = static_cast<uint16_t*>(bufs_[104].get(size_t(w.N) * w.K * 2, &generation_));
-      MOESERVE_CUDA_CHECK(cuda::fp8_weights_to_bf16(static_cast<const uint8_t*>(w.w), w.row_scale, w.N, w.K,
-                                                    w.scale_ld, bf16, st));
+      cuda::GemvArgs s;  // the scales as the GEMVs would read them (one problem: the whole matrix)
+      set_weights(s, w, w.N, w.K);
+      MOESERVE_CUDA_CHECK(cuda::fp8_weights_to_bf16(static_cast<const uint8_t*>(w.w), s.row_scale, w.N, w.K,
+                                                    s.scale_ld, bf16, st, s.scale_row_shift));
       w = GemmView{};
       w.w = bf16;
       w.N = L.wo_a.out;

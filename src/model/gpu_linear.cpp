@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <string>
 
 #include "kernels/cuda/device.h"
 #include "model/gpu_model_internal.h"
@@ -15,14 +13,6 @@ namespace moeserve::model {
 namespace {
 using cuda::WeightType;
 }  // namespace
-
-bool gemv_reads_block_scales() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOESERVE_GEMV_BLOCK_SCALES");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
-}
 
 // bench_gpu_ops linear on the H200 (docs/benchmarks/cuda-ops.md, eighth session): from 2 rows the skinny GEMM
 // (with its quantizer, ~4.5 us at least) beats the multi-row GEMV 1.1-14x, except where rows x weight elements

@@ -2,7 +2,9 @@
 #include "model/gpu_weights.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -62,7 +64,7 @@ GemmView GpuLinear::view(int index, int row_begin, int rows) const {
   const size_t matrix = size_t(out) * in;
   v.w = static_cast<const char*>(w.data()) + (size_t(index) * matrix + size_t(row_begin) * in) * element_bytes();
   if (type == WeightType::FP8) {
-    v.row_scale = row_scale.data() + (size_t(index) * out + row_begin) * scale_ld;
+    if (row_scale.size() > 0) v.row_scale = row_scale.data() + (size_t(index) * out + row_begin) * scale_ld;
     v.scale_ld = scale_ld;
     if (blk_scale.size() > 0 && row_begin % 128 == 0 && v.N % 128 == 0) {
       v.blk_scale = blk_scale.data() + (size_t(index) * (out / 128) + row_begin / 128) * blk_ld;
@@ -72,7 +74,20 @@ GemmView GpuLinear::view(int index, int row_begin, int rows) const {
   return v;
 }
 
-GpuLinear GpuLinear::upload(const std::vector<const LinearWeight*>& parts, int count, const std::string& name) {
+bool gemv_reads_block_scales() {
+  static const bool on = [] {
+    const char* e = std::getenv("MOESERVE_GEMV_BLOCK_SCALES");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+
+bool GpuLinear::keeps_row_copies(bool grid, int group_rows) {
+  return !grid || group_rows % 128 != 0 || !gemv_reads_block_scales();
+}
+
+GpuLinear GpuLinear::upload(const std::vector<const LinearWeight*>& parts, int count, const std::string& name,
+                            int group_rows) {
   check(!parts.empty() && parts.size() % size_t(count) == 0, "internal: bad linear parts for {}", name);
   const size_t per = parts.size() / size_t(count);
   GpuLinear g;
@@ -108,16 +123,19 @@ GpuLinear GpuLinear::upload(const std::vector<const LinearWeight*>& parts, int c
   bool parts_aligned = true;
   for (size_t j = 0; j < per; ++j) parts_aligned &= parts[j]->out % 128 == 0;
   g.blk_ld = (g.scale_ld + 3) / 4 * 4;
-  g.row_scale = DeviceArray<float>(size_t(count) * g.out * g.scale_ld, name + " row scales");
-  if (aligned && parts_aligned) g.blk_scale = DeviceArray<float>(size_t(count) * (g.out / 128) * g.blk_ld, name + " block scales");
+  const bool grid = aligned && parts_aligned;
+  if (keeps_row_copies(grid, group_rows))
+    g.row_scale = DeviceArray<float>(size_t(count) * g.out * g.scale_ld, name + " row scales");
+  if (grid) g.blk_scale = DeviceArray<float>(size_t(count) * (g.out / 128) * g.blk_ld, name + " block scales");
   std::vector<uint8_t> q(matrix);
-  std::vector<float> rs(size_t(g.out) * g.scale_ld), bs(g.blk_scale.size() ? size_t(g.out / 128) * g.blk_ld : 0, 0.0f);
+  std::vector<float> rs(g.row_scale.size() ? size_t(g.out) * g.scale_ld : 0),
+      bs(g.blk_scale.size() ? size_t(g.out / 128) * g.blk_ld : 0, 0.0f);
   for (int i = 0; i < count; ++i) {
     size_t row = 0;
     for (size_t j = 0; j < per; ++j) {
       const LinearWeight& p = *parts[size_t(i) * per + j];
       std::memcpy(q.data() + row * g.in, p.weight.raw(), size_t(p.out) * g.in);
-      for (int64_t r = 0; r < p.out; ++r)
+      for (int64_t r = 0; r < (rs.empty() ? 0 : p.out); ++r)
         for (int64_t kb = 0; kb < g.scale_ld; ++kb) rs[(row + size_t(r)) * g.scale_ld + size_t(kb)] = scale_at(p, r / 128, kb);
       if (!bs.empty())
         for (int64_t br = 0; br < p.out / 128; ++br)
@@ -125,8 +143,9 @@ GpuLinear GpuLinear::upload(const std::vector<const LinearWeight*>& parts, int c
       row += size_t(p.out);
     }
     cuda::copy_to_device(static_cast<uint8_t*>(g.w.data()) + size_t(i) * matrix, q.data(), matrix, nullptr, name.c_str());
-    cuda::copy_to_device(g.row_scale.data() + size_t(i) * rs.size(), rs.data(), rs.size() * sizeof(float), nullptr,
-                         name.c_str());
+    if (!rs.empty())
+      cuda::copy_to_device(g.row_scale.data() + size_t(i) * rs.size(), rs.data(), rs.size() * sizeof(float), nullptr,
+                           name.c_str());
     if (!bs.empty())
       cuda::copy_to_device(g.blk_scale.data() + size_t(i) * bs.size(), bs.data(), bs.size() * sizeof(float), nullptr,
                            name.c_str());
@@ -135,7 +154,7 @@ GpuLinear GpuLinear::upload(const std::vector<const LinearWeight*>& parts, int c
 }
 
 GpuLinear GpuLinear::random(WeightType type, int out, int in, int count, float scale, uint64_t seed,
-                            cudaStream_t stream, const std::string& name) {
+                            cudaStream_t stream, const std::string& name, int group_rows) {
   check(type != WeightType::MXFP4, "internal: {}: MXFP4 is for routed experts (GpuMxfp4Experts)", name);
   GpuLinear g;
   g.type = type;
@@ -153,8 +172,10 @@ GpuLinear GpuLinear::random(WeightType type, int out, int in, int count, float s
   MOESERVE_CUDA_CHECK(cuda::fill_uniform(g.w.data(), n, 2, 448.0f, seed, stream));
   const float s = kernels::cpu::pow2_ceil(scale / 448.0f);
   g.scale_ld = (in + 127) / 128;
-  g.row_scale = filled(size_t(count) * out * g.scale_ld, s, stream, name + " row scales");
-  if (out % 128 == 0 && in % 128 == 0) {
+  const bool grid = out % 128 == 0 && in % 128 == 0;
+  if (keeps_row_copies(grid, group_rows))
+    g.row_scale = filled(size_t(count) * out * g.scale_ld, s, stream, name + " row scales");
+  if (grid) {
     g.blk_ld = (g.scale_ld + 3) / 4 * 4;
     g.blk_scale = filled(size_t(count) * (out / 128) * g.blk_ld, s, stream, name + " block scales");
   }
@@ -280,7 +301,7 @@ GpuWeights GpuWeights::upload(const io::ModelConfig& c, const ModelWeights& w, b
     L.wq_a = GpuLinear::upload({&a.wq_a}, 1, p + ".attn.wq_a");
     L.wq_b = GpuLinear::upload({&a.wq_b}, 1, p + ".attn.wq_b");
     L.wkv = GpuLinear::upload({&a.wkv}, 1, p + ".attn.wkv");
-    L.wo_a = GpuLinear::upload({&a.wo_a}, 1, p + ".attn.wo_a");
+    L.wo_a = GpuLinear::upload({&a.wo_a}, 1, p + ".attn.wo_a", int(c.o_lora_rank));  // GEMVs per group
     L.wo_a.act_quant = false;  // the grouped projection runs on the dequantized weights (model/attention.cpp)
     L.wo_b = GpuLinear::upload({&a.wo_b}, 1, p + ".attn.wo_b");
     L.q_norm = upload_f32(a.q_norm, p + ".attn.q_norm");
@@ -338,8 +359,8 @@ GpuWeights GpuWeights::random(const io::ModelConfig& c, WeightType lt, WeightTyp
   const int mix = int(c.hc_mix()), E = int(c.n_routed_experts), I = int(c.moe_intermediate_size);
   uint64_t s = seed;
   auto next = [&] { return ++s * 0x2545F4914F6CDD1Dull; };
-  auto lin = [&](int out, int in, int count, WeightType t, const std::string& name) {
-    return GpuLinear::random(t, out, in, count, 1.0f / std::sqrt(float(in)), next(), stream, name);
+  auto lin = [&](int out, int in, int count, WeightType t, const std::string& name, int group_rows = 0) {
+    return GpuLinear::random(t, out, in, count, 1.0f / std::sqrt(float(in)), next(), stream, name, group_rows);
   };
   g.embed_bf16 = true;
   g.embed = cuda::DeviceBuffer(size_t(c.vocab_size) * D * 2, "embedding");
@@ -368,7 +389,7 @@ GpuWeights GpuWeights::random(const io::ModelConfig& c, WeightType lt, WeightTyp
     const int group_in = H * hd / int(c.o_groups);
     // As a quantized checkpoint stores it (FP8 with block scales, the linear type), read by the decode GEMV
     // without activation quantization (upload() above: the grouped projection's input stays unquantized).
-    L.wo_a = lin(int(c.o_groups * c.o_lora_rank), group_in, 1, lt, p + ".wo_a");
+    L.wo_a = lin(int(c.o_groups * c.o_lora_rank), group_in, 1, lt, p + ".wo_a", int(c.o_lora_rank));
     L.wo_a.act_quant = false;
     L.wo_b = lin(D, int(c.o_groups * c.o_lora_rank), 1, lt, p + ".wo_b");
     L.q_norm = filled(size_t(c.q_lora_rank), 1.0f, stream, p + ".q_norm");

@@ -1,8 +1,9 @@
 #pragma once
 // DeepSeek-V4 weights on the GPU (CUDA backend). BF16 linears stay BF16; FP8 linears stay FP8 e4m3 with their
-// 128x128 block scales, kept twice in fp32: one scale per (row, 128 inputs) (kernels/cuda/ops.h gemv's copies per
-// row; the GEMVs read them only where the rows are not 128-aligned, or with MOESERVE_GEMV_BLOCK_SCALES=0), and the
-// block grid in cuBLASLt's BLK128x128 layout, which the GEMVs, the skinny GEMMs and cuBLASLt read. MXFP4 routed
+// 128x128 block scales in fp32 as the block grid in cuBLASLt's BLK128x128 layout, which the GEMVs, the skinny GEMMs
+// and cuBLASLt read; where a GEMV cannot read the grid (rows or inputs not 128-aligned, grouped problems not on
+// 128-row blocks) or MOESERVE_GEMV_BLOCK_SCALES=0 says not to, also one scale per (row, 128 inputs)
+// (kernels/cuda/ops.h gemv's copies per row, 1/32 of the weight bytes). MXFP4 routed
 // experts stay MXFP4 (GpuMxfp4Experts, the W4A8 grouped GEMM's packed layout) when the model runs the fast
 // numerics with FP8 activations; otherwise (the exact parity numerics) they are expanded to BF16, exactly.
 // Small parameters are fp32.
@@ -23,11 +24,15 @@
 
 namespace moeserve::model {
 
+// Whether the GEMVs read FP8 weights' 128 x 128 grid of scales where a linear has it (the default), or the per-row
+// copies (MOESERVE_GEMV_BLOCK_SCALES=0, for A/B runs: the copies add 3 % to a one-row GEMV's bytes).
+bool gemv_reads_block_scales();
+
 // A matrix (or a stack of equally shaped matrices, e.g. one per expert) as the GEMMs consume it.
 struct GemmView {
   cuda::WeightType type = cuda::WeightType::BF16;
   const void* w = nullptr;          // [N, K]
-  const float* row_scale = nullptr;  // FP8: [N, scale_ld]
+  const float* row_scale = nullptr;  // FP8: [N, scale_ld], or null where the GEMVs read blk_scale
   int scale_ld = 0;
   const float* blk_scale = nullptr;  // FP8, cuBLASLt layout [N/128, blk_ld]; null when not 128-aligned
   int blk_ld = 0;
@@ -48,15 +53,19 @@ struct GpuLinear {
   bool defined() const { return out > 0; }
   size_t element_bytes() const { return type == cuda::WeightType::FP8 ? 1 : 2; }
   size_t bytes() const { return w.bytes() + row_scale.bytes() + blk_scale.bytes(); }
+  // FP8: whether the per-row copies of the scales are kept beside the grid (`grid`: the linear has one), for GEMVs
+  // over problems of group_rows rows (0: the whole matrix).
+  static bool keeps_row_copies(bool grid, int group_rows);
   // Matrix `index` of the stack, rows [row_begin, row_begin + rows) (rows < 0: to the end).
   GemmView view(int index = 0, int row_begin = 0, int rows = -1) const;
 
   // The rows of each part stacked, `count` times (parts[i * per + j]: matrix i, part j). All parts share a
-  // format; Dense/MXFP4 parts become BF16.
-  static GpuLinear upload(const std::vector<const LinearWeight*>& parts, int count, const std::string& name);
+  // format; Dense/MXFP4 parts become BF16. group_rows: as keeps_row_copies.
+  static GpuLinear upload(const std::vector<const LinearWeight*>& parts, int count, const std::string& name,
+                          int group_rows = 0);
   // Random weights (bf16, or fp8 with random power-of-two block scales) of `count` [out, in] matrices.
   static GpuLinear random(cuda::WeightType type, int out, int in, int count, float scale, uint64_t seed,
-                          cudaStream_t stream, const std::string& name);
+                          cudaStream_t stream, const std::string& name, int group_rows = 0);
 };
 
 // Routed experts kept MXFP4 in HBM, repacked once for the W4A8 grouped GEMM (kernels/cpu/moe_w4a8_pack.h):

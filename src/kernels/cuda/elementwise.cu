@@ -371,13 +371,13 @@ __global__ void to_bf16_kernel(const float* x, int M, int K, int ldx, uint16_t* 
 // The same, 8 weights a thread (K % 8 == 0, w 8- and out 16-byte aligned: one load and one store each; a byte a
 // thread took 159 us on a V4-Flash wo_a, 33.5 MB in, against ~24 us of bandwidth). The 8 share one 128-block scale.
 __global__ void fp8_weights_to_bf16_x8_kernel(const uint8_t* w, const float* row_scale, int N, int K, int scale_ld,
-                                              uint16_t* out) {
+                                              int shift, uint16_t* out) {
   dev::pdl_begin();
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x, per_row = size_t(K) / 8;
   if (i >= size_t(N) * per_row) return;
   const int n = int(i / per_row), k = int(i % per_row) * 8;
   const uint2 codes = reinterpret_cast<const uint2*>(w)[i];
-  const float sc = row_scale[size_t(n) * scale_ld + k / 128];
+  const float sc = row_scale[size_t(n >> shift) * scale_ld + k / 128];
   uint32_t packed[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
@@ -438,12 +438,12 @@ __global__ void add_parts_kernel(const float* parts, int count, size_t stride, i
 }
 
 __global__ void fp8_weights_to_bf16_kernel(const uint8_t* w, const float* row_scale, int N, int K, int scale_ld,
-                                           uint16_t* out) {
+                                           int shift, uint16_t* out) {
   dev::pdl_begin();
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(N) * K) return;
   const int n = int(i / K), k = int(i % K);
-  __nv_bfloat16 b = __float2bfloat16_rn(fp8_value(w[i]) * row_scale[size_t(n) * scale_ld + k / 128]);
+  __nv_bfloat16 b = __float2bfloat16_rn(fp8_value(w[i]) * row_scale[size_t(n >> shift) * scale_ld + k / 128]);
   out[i] = *reinterpret_cast<uint16_t*>(&b);
 }
 
@@ -646,13 +646,14 @@ cudaError_t add_parts(const float* parts, int count, size_t stride, int M, int N
 }
 
 cudaError_t fp8_weights_to_bf16(const uint8_t* w, const float* row_scale, int N, int K, int scale_ld, uint16_t* out,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, int scale_row_shift) {
   if (N == 0 || K == 0) return cudaSuccess;
+  if (scale_row_shift < 0 || scale_row_shift > 30) return cudaErrorInvalidValue;
   if (K % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0)
     return dev::launch(fp8_weights_to_bf16_x8_kernel, dim3(blocks_for(size_t(N) * K / 8, 256)), dim3(256), 0, stream,
-                       w, row_scale, N, K, scale_ld, out);
+                       w, row_scale, N, K, scale_ld, scale_row_shift, out);
   return dev::launch(fp8_weights_to_bf16_kernel, dim3(blocks_for(size_t(N) * K, 256)), dim3(256), 0, stream, w,
-                     row_scale, N, K, scale_ld, out);
+                     row_scale, N, K, scale_ld, scale_row_shift, out);
 }
 
 cudaError_t add_ape(float* score, int T, int width, int ld, const int* pos, const float* ape, int ratio,

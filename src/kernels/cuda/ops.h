@@ -139,10 +139,11 @@ cudaError_t to_bf16_split(const float* x, int M, int K, int ldx, uint16_t* hi, u
 // `stride` floats apart (the skinny GEMMs' K splits and terms, the terms of Blas::gemm_bf16_terms' stacked GEMM).
 cudaError_t add_parts(const float* parts, int count, size_t stride, int M, int N, int ld, float* y, int ldy,
                       cudaStream_t stream);
-// FP8 weights to bf16 (round to nearest even): out[n][k] = bf16(e4m3(w[n][k]) * row_scale[n * scale_ld + k / 128])
-// (GemvArgs' row-scale layout). Exact for power-of-two (E8M0) scales.
+// FP8 weights to bf16 (round to nearest even): out[n][k] = bf16(e4m3(w[n][k]) * row_scale[(n >> scale_row_shift) *
+// scale_ld + k / 128]) (GemvArgs' scale layouts: 0 a copy per row, 7 the 128 x 128 grid). Exact for power-of-two
+// (E8M0) scales.
 cudaError_t fp8_weights_to_bf16(const uint8_t* w, const float* row_scale, int N, int K, int scale_ld, uint16_t* out,
-                                cudaStream_t stream);
+                                cudaStream_t stream, int scale_row_shift = 0);
 // score[t, :] += ape[pos[t] % ratio, :] (model/attention.cpp add_ape). score row stride ld, width columns.
 cudaError_t add_ape(float* score, int T, int width, int ld, const int* pos, const float* ape, int ratio,
                     cudaStream_t stream);

@@ -180,32 +180,39 @@ TEST(CudaOps, RopeWithFusedKvFp8SimMatchesRopeThenSim) {
 TEST(CudaOps, Fp8WeightsToBf16) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
-  for (auto [N, K, pow2] : std::vector<std::tuple<int, int, bool>>{
-           {256, 384, true}, {3, 200, true}, {130, 128, false}, {7, 100, false}, {5, 130, true}}) {
+  // Scales a copy per row (shift 0) or one row per 128 (the grid, shift 7; 130 and 256 rows span two of them).
+  for (auto [N, K, pow2, shift] : std::vector<std::tuple<int, int, bool, int>>{{256, 384, true, 0},
+                                                                              {3, 200, true, 0},
+                                                                              {130, 128, false, 0},
+                                                                              {7, 100, false, 0},
+                                                                              {5, 130, true, 0},
+                                                                              {256, 384, true, 7},
+                                                                              {130, 128, false, 7}}) {
     const int scale_ld = (K + 127) / 128;
     std::vector<uint8_t> w(size_t(N) * K);
     for (auto& b : w) {
       b = uint8_t(g() & 0xff);
       if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
     }
-    std::vector<float> rs(size_t(N) * scale_ld);
+    std::vector<float> rs(size_t(((N - 1) >> shift) + 1) * scale_ld);
     for (auto& v : rs) v = pow2 ? std::ldexp(1.0f, int(g() % 24) - 16) : 0.5f + float(g() % 1000) / 997.0f;
     cuda::DeviceArray<uint8_t> dw(w.size(), "w");
     cuda::copy_to_device(dw.data(), w.data(), w.size(), nullptr, "w");
     auto drs = dev(rs);
     cuda::DeviceArray<uint16_t> out(w.size(), "out");
-    MOESERVE_CUDA_CHECK(cuda::fp8_weights_to_bf16(dw.data(), drs.data(), N, K, scale_ld, out.data(), nullptr));
+    MOESERVE_CUDA_CHECK(cuda::fp8_weights_to_bf16(dw.data(), drs.data(), N, K, scale_ld, out.data(), nullptr, shift));
     std::vector<uint16_t> got(w.size());
     cuda::copy_to_host(got.data(), out.data(), got.size() * 2, nullptr, "out");
     std::vector<float> gotf(w.size()), want(w.size());
     for (size_t i = 0; i < w.size(); ++i) {
       const size_t n = i / size_t(K), k = i % size_t(K);
-      const float exact = fp8_e4m3_to_f32(w[i]) * rs[n * size_t(scale_ld) + k / 128];
+      const float exact = fp8_e4m3_to_f32(w[i]) * rs[(n >> shift) * size_t(scale_ld) + k / 128];
       want[i] = bf16_to_f32(f32_to_bf16(exact));
       gotf[i] = bf16_to_f32(got[i]);
       if (pow2) ASSERT_EQ(want[i], exact) << "power-of-two scales dequantize exactly";
     }
-    expect_equal(gotf, want, "fp8 -> bf16 N=" + std::to_string(N) + " K=" + std::to_string(K));
+    expect_equal(gotf, want,
+                 "fp8 -> bf16 N=" + std::to_string(N) + " K=" + std::to_string(K) + " shift=" + std::to_string(shift));
   }
 }
 
