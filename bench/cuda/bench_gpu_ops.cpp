@@ -86,18 +86,23 @@ cuda::DeviceBuffer floats(size_t n, float scale = 1.0f) {
   return b;
 }
 
+// The floats of an N x K FP8 matrix's 128 x 128 scale grid as the engine keeps it (rows padded to 16 bytes), and its
+// row stride.
+int grid_ld(int K) { return ((K + 127) / 128 + 3) / 4 * 4; }
+size_t grid_floats(int N, int K) { return size_t((N + 127) / 128) * grid_ld(K); }
+
 // ---------------------------------------------------------------------------------------------- linears
 void bench_linear(const std::string& model, const std::string& name, int N, int K, bool fp8, cuda::Blas& blas,
                   const std::vector<int>& Ms) {
   if (!want("linear")) return;
   const size_t wbytes = size_t(N) * K * (fp8 ? 1 : 2);
   Pool w(wbytes, fp8 ? 2 : 1, fp8 ? 448.0f : 0.02f);
-  const int sld = (K + 127) / 128, bld = (sld + 3) / 4 * 4;
-  auto bs = floats(size_t((N + 127) / 128) * bld, 1e-3f);
+  const int sld = (K + 127) / 128, bld = grid_ld(K);
+  auto bs = floats(grid_floats(N, K), 1e-3f);
   // The GEMVs' FP8 scales rotate with the weight copies (from HBM, as in a decode step): the 128 x 128 grid as the
   // engine passes it where N % 128 == 0, or a copy per row (3 % of the weight bytes; gemv_small reads only these).
   const bool grid_ok = fp8 && N % 128 == 0;
-  Pool row_scales(fp8 ? size_t(N) * sld * 4 : 4, 0, 1e-3f), grid_scales(size_t((N + 127) / 128) * bld * 4, 0, 1e-3f);
+  Pool row_scales(fp8 ? size_t(N) * sld * 4 : 4, 0, 1e-3f), grid_scales(grid_floats(N, K) * 4, 0, 1e-3f);
   for (int M : Ms) {
     auto x = floats(size_t(M) * K);
     auto y = floats(size_t(M) * N);
@@ -240,11 +245,6 @@ void set_weights(cuda::GemvArgs& a, cuda::WeightType type, const void* w, const 
   a.scale_stride = (long long)((N + (1 << shift) - 1) >> shift) * sld;
 }
 
-// The floats of an N x K FP8 matrix's 128 x 128 scale grid as the engine keeps it (rows padded to 16 bytes), and its
-// row stride.
-int grid_ld(int K) { return ((K + 127) / 128 + 3) / 4 * 4; }
-size_t grid_floats(int N, int K) { return size_t((N + 127) / 128) * grid_ld(K); }
-
 // GEMV args of G problems of N x K FP8 weights (w set per launch; N % 128 == 0), each on its own K-slice of x's M
 // rows and writing its own N columns of y (G = 1: one dense problem). Scales: the grid, as the engine passes it.
 cuda::GemvArgs grouped_args(int G, int N, int K, const float* grid, const float* x, float* y, int M) {
@@ -260,7 +260,6 @@ void bench_grouped_linear(const std::string& model, const std::string& name, int
   if (!want("linear")) return;
   const size_t wbytes = size_t(G) * N * K;
   Pool w(wbytes, 2, 448.0f), grids(size_t(G) * grid_floats(N, K) * 4, 0, 1e-3f);  // the grids rotate with w
-  const int sld = (K + 127) / 128;
   for (int M : Ms) {
     auto x = floats(size_t(M) * G * K);
     auto y = floats(size_t(M) * G * N);
@@ -278,8 +277,8 @@ void bench_grouped_linear(const std::string& model, const std::string& name, int
     });
     report("gemv fp8 grouped (fp32 act)", shape, us, bytes, flops, roof_fp32, true);
     if (cuda::gemm_bf16_fp8w_skinny_fits(M, N, K)) {  // BF16 tensor cores, with the activations' bf16 conversion
-      const int bld = (sld + 3) / 4 * 4;
-      auto bs = floats(size_t(G) * (N / 128) * bld, 1e-3f);
+      const int bld = grid_ld(K);
+      auto bs = floats(size_t(G) * grid_floats(N, K), 1e-3f);
       cuda::DeviceBuffer xb(size_t(M) * G * K * 2, "xb");
       const size_t wsn = cuda::gemm_bf16_fp8w_skinny_workspace_floats(M, N, K, G);
       auto work = floats(wsn);
@@ -608,8 +607,8 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
   MOESERVE_CUDA_CHECK(cuda::fill_uniform(W13.data(), w13 * E / (fp8 ? 1 : 2), fp8 ? 2 : 1, fp8 ? 448.f : 0.02f, 5, st));
   MOESERVE_CUDA_CHECK(cuda::fill_uniform(W2.data(), w2 * E / (fp8 ? 1 : 2), fp8 ? 2 : 1, fp8 ? 448.f : 0.02f, 6, st));
   // FP8 scales as the engine passes them: the 128 x 128 grid, rows padded to 16 bytes.
-  const int sld1 = D / 128, sld2 = I / 128, bld1 = (sld1 + 3) / 4 * 4, bld2 = (sld2 + 3) / 4 * 4;
-  const size_t grid1 = size_t(2 * I / 128) * bld1, grid2 = size_t(D / 128) * bld2;  // floats per expert
+  const int bld1 = grid_ld(D), bld2 = grid_ld(I);
+  const size_t grid1 = grid_floats(2 * I, D), grid2 = grid_floats(D, I);  // floats per expert
   auto bs1 = floats(size_t(E) * grid1, 1e-3f), bs2 = floats(size_t(E) * grid2, 1e-3f);
   auto logits = floats(size_t(T) * E), bias = floats(E, 0.01f), x = floats(size_t(T) * D);
   cuda::DeviceArray<int> ids(size_t(T), "ids"), chosen(size_t(TK), "c"), groups(size_t(3 * E + 1), "g"), ros(size_t(TK), "r"),
@@ -731,14 +730,14 @@ void bench_moe(const std::string& model, int E, int D, int I, int T, bool fp8) {
     MOESERVE_CUDA_CHECK(cuda::gather_rows(static_cast<float*>(x.data()), D, tor.data(), TK, ye, st));
     MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(ye, TK, D, D, q, qs, st));
     MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny_grouped(q, qs, TK, TK, T, static_cast<const uint8_t*>(W13.data()),
-                                                      static_cast<float*>(bs1.data()), bld1, size_t(2 * I / 128) * bld1,
+                                                      static_cast<float*>(bs1.data()), bld1, grid1,
                                                       E, 2 * I, D, ge, ge + E, ge + 2 * E, ge + 3 * E, std::min(E, TK),
                                                       static_cast<float*>(h13.data()), 2 * I, st));
     MOESERVE_CUDA_CHECK(cuda::swiglu(static_cast<float*>(h13.data()), TK, nullptr, I, 10.0f,
                                      static_cast<float*>(wor.data()), static_cast<float*>(act.data()), st));
     MOESERVE_CUDA_CHECK(cuda::act_quant_fp8(static_cast<float*>(act.data()), TK, I, I, q, qs, st));
     MOESERVE_CUDA_CHECK(cuda::gemm_fp8_skinny_grouped(q, qs, TK, TK, T, static_cast<const uint8_t*>(W2.data()),
-                                                      static_cast<float*>(bs2.data()), bld2, size_t(D / 128) * bld2, E,
+                                                      static_cast<float*>(bs2.data()), bld2, grid2, E,
                                                       D, I, ge, ge + E, ge + 2 * E, ge + 3 * E, std::min(E, TK), ye, D,
                                                       st));
     combine(ye);

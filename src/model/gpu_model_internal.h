@@ -18,7 +18,7 @@ inline void set_weights(cuda::GemvArgs& a, const GemmView& v, int N, int K) {
   a.N = N;
   a.K = K;
   a.w_stride = (long long)N * K;
-  if (v.blk_scale && N % 128 == 0 && (gemv_reads_block_scales() || !v.row_scale)) {
+  if (v.blk_scale && N % 128 == 0 && gemv_reads_block_scales()) {
     a.row_scale = v.blk_scale;
     a.scale_ld = v.blk_ld;
     a.scale_row_shift = 7;

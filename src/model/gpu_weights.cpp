@@ -135,8 +135,10 @@ GpuLinear GpuLinear::upload(const std::vector<const LinearWeight*>& parts, int c
     for (size_t j = 0; j < per; ++j) {
       const LinearWeight& p = *parts[size_t(i) * per + j];
       std::memcpy(q.data() + row * g.in, p.weight.raw(), size_t(p.out) * g.in);
-      for (int64_t r = 0; r < (rs.empty() ? 0 : p.out); ++r)
-        for (int64_t kb = 0; kb < g.scale_ld; ++kb) rs[(row + size_t(r)) * g.scale_ld + size_t(kb)] = scale_at(p, r / 128, kb);
+      if (!rs.empty())
+        for (int64_t r = 0; r < p.out; ++r)
+          for (int64_t kb = 0; kb < g.scale_ld; ++kb)
+            rs[(row + size_t(r)) * g.scale_ld + size_t(kb)] = scale_at(p, r / 128, kb);
       if (!bs.empty())
         for (int64_t br = 0; br < p.out / 128; ++br)
           for (int64_t kb = 0; kb < g.scale_ld; ++kb) bs[(row / 128 + size_t(br)) * g.blk_ld + size_t(kb)] = scale_at(p, br, kb);
