@@ -5,7 +5,8 @@
 # sources, with a patch that restores only the old block instead:
 #   VARIANTS="base=scripts/pending/w4a8-h200-table-before-63.patch" \
 #     PACK_ONLY="bench_gpu_moe_w4a8 bench_gpu_moe_w4a8_base bench_gpu_ops bench_gpu_ops_base" bash scripts/device-prepare.sh
-# (the sixty-third session's H200 block against the one before it). Three parts in one call, each in interleaved
+# (the sixty-third session's H200 block against the one before it; run in the seventy-fourth session, the patch then
+# deleted: it is in git history at d2ac216). Three parts in one call, each in interleaved
 # rounds:
 #   decode/  decode 1-32 tokens launched --settled (the decode chain's launches), each build's picks;
 #   plain/   decode 64-256 tokens and prefill 4K-32K, plain launches, each build's picks;
