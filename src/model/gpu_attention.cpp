@@ -4,9 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 
+#include "core/env.h"
 #include "kernels/cuda/device.h"
 #include "model/gpu_model_internal.h"
 
@@ -183,10 +182,7 @@ void GpuModel::attention(GpuKvCache& cache, const Plan& p, int l, const float* x
   // Prefill-sized steps convert the keys for the tensor-core kernel once into a key image, where that is at most an
   // eighth of the rows the blocks would convert (each of its keys per token and 32 heads) and takes at most 64 MB.
   // MOESERVE_ATTN_KEY_IMAGE=0: never (for A/B runs).
-  static const bool key_image_on = [] {
-    const char* e = std::getenv("MOESERVE_ATTN_KEY_IMAGE");
-    return !e || std::string(e) != "0";
-  }();
+  static const bool key_image_on = !env_is("MOESERVE_ATTN_KEY_IMAGE", "0");
   const int image_comp = comp ? (p.max_pos + 1) / comp->ratio : 0;
   const size_t image_rows = cuda::attention_key_image_rows(T, p.S, aa.window, image_comp);
   const size_t image_bytes = cuda::attention_key_image_elems(T, p.S, aa.window, image_comp) * 2;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/cuda/device.h"
@@ -94,8 +95,8 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   check(config_.head_dim <= 512 && config_.head_dim % 4 == 0 && config_.rope_dim % 4 == 0,
         "CUDA backend: head_dim {} (rope {}) unsupported: head_dim <= 512, both multiples of 4", config_.head_dim,
         config_.rope_dim);
-  if (const char* e = std::getenv("MOESERVE_BRANCHES"); e && std::string(e) == "0") options_.concurrent_branches = false;
-  if (const char* e = std::getenv("MOESERVE_MOE_CHAIN"); e && std::string(e) == "0") options_.moe_chain = false;
+  if (env_is("MOESERVE_BRANCHES", "0")) options_.concurrent_branches = false;
+  if (env_is("MOESERVE_MOE_CHAIN", "0")) options_.moe_chain = false;
   // MOESERVE_FP8_SKINNY: 0 turns the three skinny kernels off; a comma list of linear, wo_a, experts keeps only
   // those on (A/B runs, and telling the paths apart when a comparison fails).
   if (const char* e = std::getenv("MOESERVE_FP8_SKINNY"); e && std::string(e) != "1") {
@@ -125,14 +126,14 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   // The W4A8 GEMMs take work items from a counter (MoeW4A8Chain::item_counter; MOESERVE_W4A8_DYNAMIC=0: the fixed
   // order, for A/B runs). One counter serves all of them: they run one after another on the main stream, and each
   // leaves it at 0.
-  if (const char* e = std::getenv("MOESERVE_W4A8_DYNAMIC"); !e || std::string(e) != "0") {
+  if (!env_is("MOESERVE_W4A8_DYNAMIC", "0")) {
     w4a8_item_counter_ = DeviceArray<int>(1, "W4A8 work item counter");
     w4a8_item_counter_.fill_bytes(0);
   }
   // The fp32 attention kernel's key splits combine themselves on these counters (AttentionArgs::arrivals): enough
   // for 256 tokens at 4 heads a block, the decode steps it serves; each launch leaves them at 0.
   // MOESERVE_ATTN_SELF_COMBINE=0: the combine launch, for A/B runs.
-  if (const char* e = std::getenv("MOESERVE_ATTN_SELF_COMBINE"); !e || std::string(e) != "0") {
+  if (!env_is("MOESERVE_ATTN_SELF_COMBINE", "0")) {
     attn_arrivals_ = DeviceArray<int>(size_t(256) * std::max<int64_t>(1, config_.num_heads / 4), "attention arrivals");
     attn_arrivals_.fill_bytes(0);
   }
@@ -155,15 +156,15 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
     check(v == "1" || v == "2" || v == "3", "MOESERVE_BF16_TERMS='{}': expected 1, 2 or 3", v);
     bf16_terms_ = std::stoi(v);
   }
-  if (const char* e = std::getenv("MOESERVE_LT_SYNC"); e && std::string(e) == "1") lt_sync_ = true;
-  if (const char* e = std::getenv("MOESERVE_W13_SETTLED_IDS"); e && std::string(e) == "0") w13_settled_ids_ = false;
+  if (env_is("MOESERVE_LT_SYNC", "1")) lt_sync_ = true;
+  if (env_is("MOESERVE_W13_SETTLED_IDS", "0")) w13_settled_ids_ = false;
   if (const char* e = std::getenv("MOESERVE_W2_EARLY")) {
     const std::string v = e;
     check(v == "0" || v == "1" || v == "always", "MOESERVE_W2_EARLY='{}': expected 0, 1 or always", v);
     w2_early_ = v == "0" ? W2Early::Never : v == "1" ? W2Early::UnlessSharedAfterGlue : W2Early::Always;
   }
   // MOESERVE_W4A8_SPLIT=0: the W4A8 GEMMs without the dispatch table's splits by expert load (for A/B timing).
-  if (const char* e = std::getenv("MOESERVE_W4A8_SPLIT"); e && std::string(e) == "0") w4a8_split_ = false;
+  if (env_is("MOESERVE_W4A8_SPLIT", "0")) w4a8_split_ = false;
   if (const char* e = std::getenv("MOESERVE_W4A8_DECODE_CONFIGS")) {
     std::stringstream list(e);
     std::string name;
@@ -175,9 +176,9 @@ GpuModel::GpuModel(io::ModelConfig config, GpuWeights weights, GpuOptions option
   }
   // MOESERVE_FP8_LT=0: FP8 linears past 8 rows take the GEMV (with the FP8 activation simulation) instead of
   // cuBLASLt's block-scaled GEMM (a diagnostic, as MOESERVE_BF16_LT).
-  if (const char* e = std::getenv("MOESERVE_FP8_LT"); e && std::string(e) == "0") fp8_lt_ = false;
+  if (env_is("MOESERVE_FP8_LT", "0")) fp8_lt_ = false;
   // MOESERVE_EXACT_SKINNY=0: with exact kernels, every linear takes the fp32 GEMV (A/B runs; see linear()).
-  if (const char* e = std::getenv("MOESERVE_EXACT_SKINNY"); e && std::string(e) == "0") exact_skinny_ = false;
+  if (env_is("MOESERVE_EXACT_SKINNY", "0")) exact_skinny_ = false;
   if (const char* e = std::getenv("MOESERVE_IDX_BF16_MIN_T")) idx_bf16_min_t_ = std::max(1, std::atoi(e));
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&branch_ev_, cudaEventDisableTiming));
   for (const GpuLayer& layer : weights_.layers) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "kernels/cpu/moe_w4a8_pack.h"
@@ -75,10 +76,7 @@ GemmView GpuLinear::view(int index, int row_begin, int rows) const {
 }
 
 bool gemv_reads_block_scales() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOESERVE_GEMV_BLOCK_SCALES");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = !env_is("MOESERVE_GEMV_BLOCK_SCALES", "0");
   return on;
 }
 

@@ -3,9 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "kernels/cuda/ops.h"
 
@@ -13,10 +12,7 @@ namespace moeserve::cuda {
 
 namespace {
 std::atomic<bool>& pdl_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* env = std::getenv("MOESERVE_PDL");
-    return !(env && std::strcmp(env, "0") == 0);
-  }()};
+  static std::atomic<bool> flag{!env_is("MOESERVE_PDL", "0")};
   return flag;
 }
 }  // namespace

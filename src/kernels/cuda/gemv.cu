@@ -5,9 +5,8 @@
 // shared memory. Grouped mode (MoE): blockIdx.y is an active expert group with its own rows. One row over FP8
 // weights goes to the one-batch kernel (kernels/cuda/gemv_small.cu) when the matrix is small, else to the
 // streaming kernel (kernels/cuda/gemv_stream.cu).
-#include <cstdlib>
-#include <string>
 
+#include "core/env.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv_small.h"
 #include "kernels/cuda/gemv_stream.h"
@@ -246,10 +245,7 @@ cudaError_t gemv(const GemvArgs& a, cudaStream_t stream) {
   // other FP8 weights: the streaming kernel (MOESERVE_GEMV_STREAM=0 keeps this one-pass kernel, for A/B runs).
   if (gemv_small_preferred(a)) return gemv_small(a, stream);
   if (gemv_small_tc_preferred(a)) return gemv_small_tc(a, stream);
-  static const bool stream_on = [] {
-    const char* e = std::getenv("MOESERVE_GEMV_STREAM");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool stream_on = !env_is("MOESERVE_GEMV_STREAM", "0");
   if (stream_on && gemv_stream_preferred(a)) return gemv_stream(a, stream);
   const bool fp8 = a.wtype == WeightType::FP8;
   const int vec = fp8 ? 16 : 8;

@@ -21,11 +21,10 @@
 // (H200, the BF16 1024 x 4096 row: 3.17-3.20 against 3.25-3.28 us; FP8 rows of 4 KB in slices of 1 KB were slower,
 // 3.03-3.07 against 2.72-2.75 us, so FP8 keeps whole chunks.)
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 #include <utility>
 
+#include "core/env.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv_small.h"
 #include "kernels/cuda/hopper.cuh"
@@ -64,10 +63,7 @@ constexpr int slices_of(bool fp8, int pieces) {
 }
 // Whether a launch of `chunks` chunks per block takes slices_of (MOESERVE_GEMV_SMALL_SLICES=0: never, for A/B runs).
 bool sliced(int chunks) {
-  static const bool off = [] {
-    const char* e = std::getenv("MOESERVE_GEMV_SMALL_SLICES");
-    return e && std::string(e) == "0";
-  }();
+  static const bool off = env_is("MOESERVE_GEMV_SMALL_SLICES", "0");
   return !off && chunks == 1;
 }
 
@@ -76,10 +72,7 @@ bool sliced(int chunks) {
 // block of ~72 KB leaves room for two more launches' blocks on an SM, whose copies then share the bandwidth
 // with the oldest one's.
 bool release_early() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOESERVE_GEMV_SMALL_EARLY");
-    return e && std::string(e) == "1";
-  }();
+  static const bool on = env_is("MOESERVE_GEMV_SMALL_EARLY", "1");
   return on;
 }
 
@@ -103,10 +96,7 @@ Plan plan_for(const GemvArgs& a) {
   if (!fits) return pl;
   // Blocks: one per SM, or two (MOESERVE_GEMV_SMALL_BLOCKS_PER_SM=2, for A/B runs: half the rows each, twice the
   // warps per SM), leave_sms SMs left free on a concurrent branch; the rows split evenly over them.
-  static const int per_sm = [] {
-    const char* e = std::getenv("MOESERVE_GEMV_SMALL_BLOCKS_PER_SM");
-    return e && std::string(e) == "2" ? 2 : 1;
-  }();
+  static const int per_sm = env_is("MOESERVE_GEMV_SMALL_BLOCKS_PER_SM", "2") ? 2 : 1;
   const long long avail = std::max(1, per_sm * (sm_count() - std::max(0, a.leave_sms)));
   const long long per_problem = std::max<long long>(1, avail / a.problems);
   long long rows = (a.N + per_problem - 1) / per_problem;
@@ -271,10 +261,7 @@ bool gemv_small_preferred(const GemvArgs& a) {
   // 5.95 / 5.10) and on 64 SMs (wkv 2.29 / 2.15). FP8 weights stay with the streaming kernel: routing the FP8
   // wq_a here made the V4-Flash decode layer at batch 1 ~4 us slower (140.7 against 136.8 us, device-ab medians).
   // MOESERVE_GEMV_SMALL=0: never; =fp8: FP8 weights too (for A/B runs of the layer).
-  static const int mode = [] {
-    const char* e = std::getenv("MOESERVE_GEMV_SMALL");
-    return !e ? 1 : std::string(e) == "0" ? 0 : std::string(e) == "fp8" ? 2 : 1;
-  }();
+  static const int mode = env_is("MOESERVE_GEMV_SMALL", "0") ? 0 : env_is("MOESERVE_GEMV_SMALL", "fp8") ? 2 : 1;
   if (mode == 0 || (a.wtype != WeightType::BF16 && mode != 2)) return false;
   const Plan pl = plan_for(a);
   if (pl.rows == 0) return false;

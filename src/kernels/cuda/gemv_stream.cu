@@ -8,9 +8,8 @@
 // every warp slot its own (a 4096-row matrix is 1024 quads); the team adds its warps' sums in warp order.
 // x is staged once per block in shared memory, chunk-interleaved so that a warp's float4 reads are conflict-free,
 // with the FP8 activation simulation (act_fp8) applied there instead of on every load.
-#include <cstdlib>
-#include <string>
 
+#include "core/env.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gemv_stream.h"
 #include "kernels/cuda/stream_unit.cuh"
@@ -132,20 +131,14 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_stream_kernel(GemvArgs a, in
 // 82 % of the bandwidth on wq_b where one reaches 66 %. Two fill every SM's registers, so a GEMV on a concurrent
 // branch leaves GemvArgs::leave_sms SMs at one block for the main stream's one-block kernels.
 int gemv_stream_blocks_per_sm() {
-  static const int n = [] {
-    const char* e = std::getenv("MOESERVE_GEMV_STREAM_BLOCKS_PER_SM");
-    return e && std::string(e) == "1" ? 1 : 2;
-  }();
+  static const int n = env_is("MOESERVE_GEMV_STREAM_BLOCKS_PER_SM", "1") ? 1 : 2;
   return n;
 }
 
 // Whether dense problems release the next kernel once x is staged (the kernel's after_x; default on), or at the
 // wait (MOESERVE_GEMV_RELEASE_AFTER_X=0, for A/B runs).
 bool gemv_stream_release_after_x() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOESERVE_GEMV_RELEASE_AFTER_X");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = !env_is("MOESERVE_GEMV_RELEASE_AFTER_X", "0");
   return on;
 }
 
@@ -194,10 +187,7 @@ bool gemv_stream_preferred(const GemvArgs& a) {
   // projection held the SMs that the query's wq_b waited for (~6 us in the layer's timeline); with the indexer
   // scores' single round trip the V4-Flash layer measured 147.32 -> 144.18 us (MXFP4) and 164.06 -> 161.90 (FP8)
   // at batch 1 on an H100 (sixty-seventh session). MOESERVE_GEMV_STREAM_BF16=0 keeps the one-pass kernel (A/B runs).
-  static const bool bf16_sides = [] {
-    const char* e = std::getenv("MOESERVE_GEMV_STREAM_BF16");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool bf16_sides = !env_is("MOESERVE_GEMV_STREAM_BF16", "0");
   return gemv_stream_fits(a) && (a.wtype == WeightType::FP8 || (bf16_sides && a.leave_sms > 0));
 }
 

@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/env.h"
 #include "kernels/cpu/moe_w4a8_pack.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/hopper.cuh"
@@ -1127,10 +1128,7 @@ void print_stage_check(const char* config, cudaStream_t stream) {
 
 // MOESERVE_W4A8_EVERY_THREAD_RELEASES=1: MoeW4A8Chain::every_thread_releases for every launch (sanitizer runs).
 bool every_thread_releases_everywhere() {
-  static const bool on = [] {
-    const char* e = std::getenv("MOESERVE_W4A8_EVERY_THREAD_RELEASES");
-    return e && std::strcmp(e, "1") == 0;
-  }();
+  static const bool on = env_is("MOESERVE_W4A8_EVERY_THREAD_RELEASES", "1");
   return on;
 }
 
