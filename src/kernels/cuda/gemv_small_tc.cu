@@ -26,7 +26,9 @@
 // H200, a chain of one-row launches (bench_gpu_ops linear, two rounds of one call, forty-seventh session): shared w2
 // 4096 x 2048 3.40-3.43 us (57.3-57.8 % of the roofline) against gemv_small's 3.82 and the streaming kernel's 4.11;
 // the indexer's wq_b 8192 x 1024 3.24-3.27 us (60.2-60.7 %) against 3.60 / 3.77-3.81. On 64 blocks (wq_a 1024 x 4096)
-// slower: 4.30 against 3.23 us.
+// slower: 4.30 against 3.23 us. What is left after the wait is not the products: without any e4m3 -> f16 conversion
+// (a timing probe) shared w2 was 0.05 us faster, and neither two mma chains nor shorter x terms moved it (H100 and
+// H200, docs/benchmarks/cuda-ops.md, seventy-third and seventy-fourth sessions).
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
