@@ -61,6 +61,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "graph_timing.h"
 #include "kernels/cpu/moe_w4a8_pack.h"
 #include "kernels/cuda/device.h"
@@ -506,7 +507,7 @@ int main(int argc, char** argv) {
   else
     std::printf("peer cublasLt-fp8: unavailable (%s)\n", lt.error.c_str());
   if (settled) std::printf("decode: settled counts (MoeW4A8Chain::counts_settled), the decode chain's W2 path\n");
-  if (const char* e = std::getenv("MOESERVE_W4A8_DYNAMIC"); e && std::string(e) == "0") dynamic = false;
+  if (env_is("MOESERVE_W4A8_DYNAMIC", "0")) dynamic = false;  // the engine's switch (GpuModel)
   cuda::MoeW4A8Chain decode_chain, prefill_chain;
   decode_chain.counts_settled = settled;
   if (dynamic) {

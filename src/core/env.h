@@ -1,6 +1,6 @@
 #pragma once
-// The MOESERVE_* environment switches of A/B and sanitizer runs. Callers keep the answer in a function-local static,
-// so each switch is read once per process.
+// The MOESERVE_* environment switches of A/B and sanitizer runs, read where each is decided: the kernels keep the
+// answer in a function-local static (once per process), GpuModel's constructor in its options.
 #include <cstdlib>
 #include <cstring>
 
