@@ -70,6 +70,10 @@ for r in "${runs[@]}"; do
   # fifty-ninth session, moe-w4a8.md.)
   [ "$tool" = racecheck ] && [ "${SANITIZE_W4A8_LANE0_RELEASE:-0}" != 1 ] &&
     limit+=(env MOESERVE_W4A8_EVERY_THREAD_RELEASES=1)
+  # racecheck takes minutes per attention case at prefill-chunk sizes (seventy-eighth session: 170 s did not finish
+  # one), so its runs take each attention test's smallest cases; SANITIZE_ATTENTION_ALL_CASES=1 keeps them all.
+  [ "$tool" = racecheck ] && [ "${SANITIZE_ATTENTION_ALL_CASES:-0}" != 1 ] &&
+    limit+=(env MOESERVE_TEST_ATTENTION_CASES=few)
   # --error-exitcode tells the tool's findings apart from a test failure (gtest exits 1) and a timeout (124).
   timeout "$t" "${limit[@]}" "$CS" --tool "$tool" "${extra[@]}" --print-limit "${SANITIZE_PRINT_LIMIT:-40}" \
     --error-exitcode 86 \
