@@ -353,8 +353,6 @@ cuda::AttentionArgs attention_args(const AttentionShape& c, const float* q, cons
   return a;
 }
 
-// fp8_keys: the keys' non-rope dims FP8-simulated as the checkpoint numerics store them; then the tensor-core kernel
-// runs too, on the same inputs and against the same reference and bound.
 // MOESERVE_TEST_ATTENTION_CASES=few: each attention test keeps only its smallest cases. Under compute-sanitizer's
 // racecheck one prefill-chunk case takes minutes (seventy-eighth session: 170 s did not finish one), so
 // scripts/device-sanitize.sh sets it for its racecheck runs.
@@ -363,6 +361,8 @@ bool few_cases() {
   return on;
 }
 
+// fp8_keys: the keys' non-rope dims FP8-simulated as the checkpoint numerics store them; then the tensor-core kernel
+// runs too, on the same inputs and against the same reference and bound.
 void attention_case(int H, int hd, int ratio, bool indexed, int start, int count, int k, std::mt19937_64& g,
                     bool fp8_keys = false) {
   const int W = 128, cap = W, layers = 3, layer = 1, rd = 64 <= hd / 2 ? 64 : 16;
