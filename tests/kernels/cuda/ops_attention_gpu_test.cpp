@@ -469,8 +469,8 @@ std::vector<float> want(size_t(count) * H * hd);
 TEST(CudaAttention, SparseAttentionWithSinks) {
   SKIP_WITHOUT_GPU();
   auto g = seeded();
-  // A tiny head_dim's prefill chunk; V4-Flash shapes (H 64, hd 512): decode at a long position with C4 top-512 and
-  // C128; window-only; prefill chunks crossing the window ring; V4-Pro's 128 heads.
+  // V4-Flash shapes (H 64, hd 512): decode at a long position with C4 top-512, then (after a tiny head_dim's prefill
+  // chunk) with C128; window-only; prefill chunks crossing the window ring; V4-Pro's 128 heads.
   attention_case(64, 512, 4, true, 6000, 1, 512, g);
   attention_case(4, 64, 4, true, 10, 9, 4, g);
   if (few_cases()) return;  // the two cases above only
