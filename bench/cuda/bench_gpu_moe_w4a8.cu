@@ -269,10 +269,7 @@ void print_timeline(const char* shape, const char* phase, int T, const std::stri
 std::vector<int> parse_counts(const std::string& list) {
   std::vector<int> out;
   if (list == "-") return out;
-  size_t i = 0;
-  while (i <= list.size()) {
-    const size_t j = std::min(list.find(',', i), list.size());
-    const std::string item = list.substr(i, j - i);
+  for (const std::string& item : bench::comma_items(list)) {
     char* end = nullptr;
     const long v = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || v < 1 || v > 1 << 20) {
@@ -281,7 +278,6 @@ std::vector<int> parse_counts(const std::string& list) {
       std::exit(2);
     }
     out.push_back(int(v));
-    i = j + 1;
   }
   return out;
 }

@@ -162,13 +162,13 @@ struct Variant {
   bool early;
 };
 
+// The bytes a size in MB reads: whole quads of 4 rows of 4 KB.
+size_t read_bytes(double mb) { return size_t(mb * 1e6) / 16384 * 16384; }
+
 // The sizes of --sizes-mb, or exits with status 2 naming what is wrong.
 std::vector<double> parse_sizes_mb(const std::string& list) {
   std::vector<double> out;
-  size_t i = 0;
-  while (i <= list.size()) {
-    const size_t j = std::min(list.find(',', i), list.size());
-    const std::string item = list.substr(i, j - i);
+  for (const std::string& item : moeserve::bench::comma_items(list)) {
     char* end = nullptr;
     const double v = std::strtod(item.c_str(), &end);
     if (item.empty() || *end != '\0' || !(v >= 0.1 && v <= 600)) {
@@ -177,7 +177,6 @@ std::vector<double> parse_sizes_mb(const std::string& list) {
       std::exit(2);
     }
     out.push_back(v);
-    i = j + 1;
   }
   return out;
 }
@@ -243,7 +242,7 @@ int main(int argc, char** argv) {
     std::printf("| %-30s |", v.name.c_str());
     for (size_t si = 0; si < sizes_mb.size(); ++si) {
       const double mb = sizes_mb[si];
-      const size_t bytes = size_t(mb * 1e6) / 16384 * 16384;  // whole quads of 4 rows of 4 KB
+      const size_t bytes = read_bytes(mb);
       const int copies = int(pool_bytes / bytes);
       const int calls = copies < 64 ? copies : 64;
       const int blocks = v.blocks_per_sm * sms;
@@ -287,7 +286,7 @@ int main(int argc, char** argv) {
     std::printf("best at %.2f MB: %s\n", sizes_mb[si], best_name[si].c_str());
   std::printf("read floor (best of the variants, %% of %.2f TB/s):", roof_bw / 1e12);
   for (size_t si = 0; si < sizes_mb.size(); ++si) {
-    const double bytes = double(size_t(sizes_mb[si] * 1e6) / 16384 * 16384);
+    const double bytes = double(read_bytes(sizes_mb[si]));
     std::printf(" %.2f MB %.2f us (%.1f %%);", sizes_mb[si], best_us[si], 100.0 * (bytes / roof_bw * 1e6) / best_us[si]);
   }
   std::printf(" %d fold mismatches\n", failures);

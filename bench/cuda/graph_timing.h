@@ -3,8 +3,10 @@
 // between two events, and the microseconds per call of a chain of calls captured in one CUDA graph and replayed.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "bench/gpu_ceilings.h"
 #include "kernels/cuda/device.h"
@@ -68,6 +70,19 @@ double graph_us_per_call(cudaStream_t st, int calls, int replays, F enqueue) {
   MOESERVE_CUDA_CHECK(cudaGraphExecDestroy(exec));
   MOESERVE_CUDA_CHECK(cudaGraphDestroy(graph));
   return double(ms) * 1000.0 / (double(replays) * calls);
+}
+
+// The items of a comma-separated argument, empty ones included ("" -> {""}, "1,,2" -> {"1", "", "2"}), for the
+// benchmarks' list flags to check one by one.
+inline std::vector<std::string> comma_items(const std::string& list) {
+  std::vector<std::string> items;
+  size_t i = 0;
+  while (i <= list.size()) {
+    const size_t j = std::min(list.find(',', i), list.size());
+    items.push_back(list.substr(i, j - i));
+    i = j + 1;
+  }
+  return items;
 }
 
 // kernel<<<blocks, threads, smem, st>>>(args...), with programmatic stream serialization when pdl (the
